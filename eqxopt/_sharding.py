@@ -29,17 +29,15 @@ def state_shardings(
     training step, or to build the abstract target a sharded checkpoint is restored
     into (`jax.ShapeDtypeStruct(shape, dtype, sharding=...)`).
 
-    A state leaf that mirrors a param (moments, momentum, accumulators) gets that
-    param's sharding; a leaf derived from params in another way gets the sharding
-    JAX's sharding-in-types rules give it (e.g. a stack of buffers, `(m, *shape)`,
-    is sharded like the param along the trailing axes); counters, flags and other
-    leaves that do not depend on the params are replicated over the mesh. This is
-    found by tracing `opt.init` abstractly (`jax.eval_shape`) over the mesh with
-    `Explicit` axes, whatever the axis types of your mesh. If that trace fails (an
-    `init` that does operations whose sharding is ambiguous, such as a matmul over a
-    sharded axis), each state leaf whose path ends with a param's path and whose
-    shape is that param's gets the param's sharding, and every other leaf is
-    replicated.
+    A state leaf that mirrors a param (moments, momentum, accumulators: its path in
+    the state ends with the param's path and it has the param's shape) gets that
+    param's sharding. Any other leaf gets the sharding JAX's sharding-in-types rules
+    give it when `opt.init` is traced abstractly (`jax.eval_shape`) over the mesh with
+    `Explicit` axes, whatever the axis types of your mesh: e.g. a stack of buffers,
+    `(m, *shape)`, is sharded like its param along the trailing axes, while counters,
+    flags and other leaves that do not depend on the params are replicated over the
+    mesh. (If that trace fails, for an `init` whose sharding is ambiguous such as a
+    matmul over a sharded axis, those other leaves are replicated.)
 
     **Arguments:**
 
@@ -170,7 +168,8 @@ def _shardings(opt, params, shardings):
     except Exception:  # an `init` the sharding-in-types rules cannot type
         traced = None
     # A leaf mirroring a param gets that param's own sharding (same spec spelling,
-    # same memory kind). Without a trace (fallback) every other leaf is replicated.
+    # same memory kind), even if `init` built it replicated. Other leaves get their
+    # traced sharding; without a trace (fallback) they are replicated.
     mirrored = _mirrored(params, leaves, given, abstract_state)
     state_treedef = jtu.tree_structure(abstract_state)
     traced_specs = (
@@ -180,14 +179,11 @@ def _shardings(opt, params, shardings):
     )
     chosen = []
     for spec, param_sharding in zip(traced_specs, mirrored):
-        if param_sharding is not None and (
-            spec is None or _canonical(param_sharding.spec) == spec
-        ):
+        if param_sharding is not None:
             chosen.append(param_sharding)
         else:
-            chosen.append(
-                NamedSharding(mesh, PartitionSpec() if spec is None else spec)
-            )
+            spec = PartitionSpec() if spec is None else spec
+            chosen.append(NamedSharding(mesh, spec))
     return abstract_state, jtu.tree_unflatten(state_treedef, chosen)
 
 

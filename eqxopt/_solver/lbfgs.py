@@ -174,8 +174,8 @@ class LBFGS(AbstractOptimizer[LBFGSState]):
     curvature are skipped (Optax stores them); the first step has unit length, as in
     L-BFGS-B (Optax caps it at length $\min(1, \|g_0\|)$); and the default
     [`eqxopt.Zoom`][] tries the two-slope cubic first and uses the exact strong Wolfe
-    conditions (see there). Together these make it need no more evaluations than
-    scipy's L-BFGS-B on `benchmarks/minimize.py`. If the line search fails along an
+    conditions except at rounding level (see there). With them it needs about as
+    many evaluations as scipy's L-BFGS-B on `benchmarks/minimize.py`. If the line search fails along an
     L-BFGS direction, the memory is cleared, the update is zero and the next update
     restarts from steepest descent; `state.failed` is set only when the search fails
     along steepest descent too.

@@ -172,8 +172,8 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
             return zero_updates(grads, params), inner_state
 
         # The inner state is selected whole by `lax.cond`, never blended: between
-        # boundaries it passes through untouched (in place inside a `lax.scan` or
-        # with donated buffers).
+        # boundaries it passes through untouched (in place inside a `lax.scan`; at
+        # the top level of a jitted step, `step` with donated model and state).
         updates, inner_state = lax.cond(emit, _apply, _skip, acc, state.inner_state)
         return updates, self._new_state(state, emit, acc, inner_state)
 
