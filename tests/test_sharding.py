@@ -94,43 +94,7 @@ def _params_for(case):
     )
 
 
-# Issue 8 (open): these optimizers build some state buffers without
-# `_misc.zeros_like_leaf`/`full_like_leaf`, so under `jit` their state comes out
-# replicated instead of sharded like the params. Strict: fixing one turns it red here.
-_NOT_YET_SHARDED = {
-    "rmsprop",
-    "rmsprop_centered_nesterov",
-    "chain_scale_by_rms",
-    "chain_scale_by_stddev",
-    "adagrad",
-    "chain_scale_by_rss",
-    "adafactor",
-    "adafactor_relative_step",
-    "rprop",
-    "adafactor_unscaled_unclipped",
-    "chain_scale_by_factored_rms",
-    "yogi",
-    "chain_scale_by_yogi",
-    "muon",
-    "muon_no_nesterov",
-    "muon_adamw_rms",
-    "muon_per_step_coeffs",
-    "schedule_free_adamw",
-}
-_MESH_CASES = [
-    pytest.param(
-        c,
-        marks=pytest.mark.xfail(
-            strict=True, reason="state not yet sharded like params"
-        ),
-    )
-    if c.id in _NOT_YET_SHARDED
-    else c
-    for c in CASES
-]
-
-
-@pytest.mark.parametrize("case", _MESH_CASES, ids=lambda c: c.id)
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_registry_entry_on_mesh(case):
     mesh = _mesh()
     opt = case.make()
@@ -185,10 +149,7 @@ def test_registry_entry_on_mesh(case):
     "make",
     [
         lambda: eqxopt.Adam(1e-2),
-        pytest.param(
-            lambda: eqxopt.Muon(1e-2),
-            marks=pytest.mark.xfail(strict=True, reason="issue 8: Muon state sharding"),
-        ),
+        lambda: eqxopt.Muon(1e-2),
     ],
     ids=["adam", "muon"],
 )

@@ -24,6 +24,7 @@ from .._misc import (
     typechecked,
     zero_count,
     zeros_like,
+    zeros_like_leaf,
 )
 from .._transform.weight_decay import decay_mask
 from .adam import per_dtype
@@ -65,7 +66,7 @@ def _init(params, factored, min_dim, state_dtype, momentum) -> AdafactorState:
         dtype = state_dtype or p.dtype
         dims = _factored_dims(p.shape, factored, min_dim)
         if dims is None:
-            return pack(None, None, jnp.zeros(p.shape, dtype))
+            return pack(None, None, zeros_like_leaf(p, dtype))
         d1, d0 = dims
         row = tuple(s for i, s in enumerate(p.shape) if i != d0)
         col = tuple(s for i, s in enumerate(p.shape) if i != d1)

@@ -12,6 +12,7 @@ from .._misc import (
     abs_sq,
     check_hyperparams,
     compute_dtype,
+    full_like_leaf,
     increment,
     mask_field,
     out_dtype,
@@ -62,7 +63,7 @@ def _init(opt, params: Params) -> AdamState:
 
 def full_like(params, value, dtype=None):
     """`value` at every optimized leaf, in `dtype` or else the leaf's own dtype."""
-    return tree_map(lambda p: jnp.full(p.shape, value, dtype or p.dtype), params)
+    return tree_map(lambda p: full_like_leaf(p, value, dtype or p.dtype), params)
 
 
 # --- per-leaf helpers shared by the Adam family (and Lion, Lamb, ...) ---------------

@@ -32,6 +32,7 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
+    zeros_like_leaf,
 )
 from .adam import AdamW
 
@@ -488,7 +489,7 @@ class Muon(AbstractOptimizer[MuonState]):
         leaves, treedef = jtu.tree_flatten(params, is_leaf=is_none)
         selection = self._select(params)
         mu = [
-            None if mat is None else jnp.zeros(p.shape, self.state_dtype or p.dtype)
+            None if mat is None else zeros_like_leaf(p, self.state_dtype or p.dtype)
             for p, mat in zip(leaves, selection)
         ]
         fb_params = [p if mat is None else None for p, mat in zip(leaves, selection)]

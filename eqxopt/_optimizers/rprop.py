@@ -9,6 +9,7 @@ from .._custom_types import Params, ScalarLike, Updates
 from .._misc import (
     check_hyperparams,
     compute_dtype,
+    full_like_leaf,
     out_dtype,
     pack,
     scalar,
@@ -83,7 +84,7 @@ class Rprop(AbstractOptimizer[RpropState]):
     def init(self, params: Params) -> RpropState:
         def _full(p):
             dtype = self.state_dtype or p.dtype
-            return jnp.full(p.shape, scalar(self.learning_rate, dtype), dtype)
+            return full_like_leaf(p, scalar(self.learning_rate, dtype), dtype)
 
         return RpropState(tree_map(_full, params), zeros_like(params, self.state_dtype))
 

@@ -31,6 +31,7 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
+    zeros_like,
 )
 
 
@@ -485,7 +486,7 @@ class ScheduleFreeAdamW(AbstractOptimizer[ScheduleFreeAdamWState]):
 
     def init(self, params: Params) -> ScheduleFreeAdamWState:
         count, max_lr, weight_sum = _init_scalars(params)
-        nu = tree_map(lambda p: jnp.zeros(p.shape, self.state_dtype or p.dtype), params)
+        nu = zeros_like(params, self.state_dtype)
         return ScheduleFreeAdamWState(
             count, max_lr, weight_sum, _init_z(params, self.state_dtype), nu
         )

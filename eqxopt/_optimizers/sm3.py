@@ -24,6 +24,7 @@ from .._misc import (
     typechecked,
     zero_count,
     zeros_like,
+    zeros_like_leaf,
 )
 
 
@@ -46,7 +47,7 @@ def _real(dtype):
 def _accumulators(p, state_dtype):
     dtype = _real(state_dtype or p.dtype)
     if p.ndim <= 1:
-        return (jnp.zeros(p.shape, dtype),)
+        return (zeros_like_leaf(p, dtype),)
     return tuple(jnp.zeros((n,), dtype) for n in p.shape)
 
 

@@ -175,10 +175,10 @@ class LBFGS(AbstractOptimizer[LBFGSState]):
     L-BFGS-B (Optax caps it at length $\min(1, \|g_0\|)$); and the default
     [`eqxopt.Zoom`][] tries the two-slope cubic first and uses the exact strong Wolfe
     conditions except at rounding level (see there). With them it needs about as
-    many evaluations as scipy's L-BFGS-B on `benchmarks/minimize.py`. If the line search fails along an
-    L-BFGS direction, the memory is cleared, the update is zero and the next update
-    restarts from steepest descent; `state.failed` is set only when the search fails
-    along steepest descent too.
+    many evaluations as scipy's L-BFGS-B on `benchmarks/minimize.py`. If the line
+    search fails along an L-BFGS direction, the memory is cleared, the update is zero
+    and the next update restarts from steepest descent; `state.failed` is set only
+    when the search fails along steepest descent too.
 
     ??? cite "References"
 

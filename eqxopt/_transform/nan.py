@@ -20,6 +20,7 @@ from .._misc import (
     tree_map,
     typechecked,
     zero_count,
+    zeros_like_leaf,
 )
 
 
@@ -36,7 +37,7 @@ def zero_updates(grads, params):
     """Zero updates: one per optimised leaf of `grads`, in the param's dtype (API rule
     4; the grad's without `params`), `None` at every other leaf."""
     return tree_map(
-        lambda g, p: jnp.zeros(g.shape, out_dtype(g, p)),
+        lambda g, p: zeros_like_leaf(g, out_dtype(g, p)),
         grads,
         params,
         names=("grads", "params"),
