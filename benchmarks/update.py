@@ -1,8 +1,9 @@
 """Jitted, donated optimizer steps: eqxopt against Optax and the bandwidth floor.
 
-For every registry entry (`tests/registry/*.py`, collected by `tests/helpers.py`) with
-an Optax reference, on a transformer-like tree (63 leaves) and on one flat vector, at
-about 1M, 10M and 50M float32 parameters, this script measures in one process:
+For every registry entry (`tests/registry/*.py`, collected by `tests/helpers.py`),
+against its Optax reference where it has one, on a transformer-like tree (63 leaves)
+and on one flat vector, at about 1M, 10M and 50M float32 parameters, this script
+measures in one process:
 
 - the step time (`update` + apply, donated params and state, `jax.jit`), interleaved
   eqxopt / Optax / floor, medians of the repeats and the ratio eqxopt/Optax;
@@ -13,7 +14,9 @@ about 1M, 10M and 50M float32 parameters, this script measures in one process:
   fresh function each time, state checks ON; the trace with checks OFF too);
 - the peak memory of the compiled donated step (`compiled.memory_analysis()`), and any
   `copy` of a param-sized buffer in its optimized HLO (`compiled.as_text()`);
-- unusable donations (a state buffer that the step cannot update in place).
+- unusable donations (a state buffer that the step cannot update in place);
+- an experiment: AdamW on the tree updated as one flat buffer (concatenated grads and
+  params, flat moments), against AdamW leaf by leaf and the two floors.
 
     python benchmarks/update.py                # full sweep (about 15 minutes)
     python benchmarks/update.py --quick        # 1M only, a few entries (smoke test)
@@ -25,7 +28,8 @@ that every entry runs unchanged, the benchmark params keep the entry's own top-l
 structure: the 63 transformer leaves are split into as many groups as the entry's
 params have leaves, and each group replaces one leaf (as a dict); a mask or label tree
 is then a prefix of the benchmark params, as Equinox filter specs and Optax masks
-allow. The flat vector sits at the first leaf position, with `None` at the others.
+allow. The flat vector sits at the first leaf position, with `None` at the others (or,
+for entries that need every position filled, the entry's own tiny registry leaves).
 """
 
 import argparse
@@ -233,9 +237,30 @@ class CycleRunner(C.Runner):
         return super().run(self.k * max(1, math.ceil(n / self.k)))
 
 
+def shared_buffers(params, state) -> int:
+    """How many state leaves share a buffer with a param or another state leaf.
+    Donating both params and such a state fails ("Attempt to donate the same buffer
+    twice"): a training step that donates them cannot take this state as `init`
+    returned it."""
+    seen, shared = set(), 0
+    for x in jtu.tree_leaves(params):
+        if isinstance(x, jax.Array):
+            seen.add(x.unsafe_buffer_pointer())
+    for x in jtu.tree_leaves(state):
+        if isinstance(x, jax.Array) and x.size:
+            ptr = x.unsafe_buffer_pointer()
+            shared += ptr in seen
+            seen.add(ptr)
+    return shared
+
+
 def make_runner(step_fn, p, g, s, extra, context=None, k=1):
     dyn, static = eqx.partition(extra, eqx.is_array)
+    shared = shared_buffers(p, s)
+    if shared:
+        s = C.fresh_copy(s)  # so that the donated step can run at all
     compiled = C.compile_step(step_fn(static), (p, g, s, dyn), (0, 2), context)
+    compiled.shared_buffers = shared
     runner = C.Runner(compiled.compiled, (p, g, s, dyn), _feed)
     return (CycleRunner(runner, k) if k > 1 else runner), compiled
 
@@ -247,6 +272,7 @@ def describe_compiled(compiled: C.Compiled, shapes) -> dict:
         "memory": C.memory(compiled.compiled),
         "copies": C.param_sized_copies(compiled.compiled.as_text(), shapes),
         "unusable_donations": compiled.unusable_donations,
+        "shared_buffers": getattr(compiled, "shared_buffers", 0),
     }
 
 
@@ -339,7 +365,7 @@ def _measure(
         )
         return result
     runners["floor"] = floor
-    times = C.interleaved(runners, repeats, min_seconds)
+    times = C.interleaved(runners, repeats, min_seconds, warmup=1)
     for name, ts in times.items():
         result.setdefault(name, {})
         result[name]["times"] = ts
@@ -593,7 +619,11 @@ def copies_table(results: dict) -> str:
             for kind, r in kinds.items():
                 for side in ("ours", "optax"):
                     d = r.get(side) or {}
-                    if d.get("copies") or d.get("unusable_donations"):
+                    if (
+                        d.get("copies")
+                        or d.get("unusable_donations")
+                        or d.get("shared_buffers")
+                    ):
                         rows.append(
                             [
                                 size,
@@ -604,10 +634,13 @@ def copies_table(results: dict) -> str:
                                 ", ".join(d.get("copies", [])[:3])
                                 + (" ..." if len(d.get("copies", [])) > 3 else ""),
                                 d.get("unusable_donations", 0),
+                                d.get("shared_buffers", 0),
                             ]
                         )
     if not rows:
-        return "No param-sized copies and no unusable donations, in any step."
+        return (
+            "No param-sized copies, unusable donations or shared buffers, in any step."
+        )
     return C.table(
         [
             "size",
@@ -617,6 +650,7 @@ def copies_table(results: dict) -> str:
             "copies",
             "first copies",
             "unusable donations",
+            "state leaves sharing a buffer",
         ],
         rows,
     )
@@ -787,7 +821,8 @@ def report(results: dict) -> str:
         "",
         memory_table(results),
         "",
-        "Param-sized copies in the optimized HLO, and unusable donations:",
+        "Param-sized copies in the optimized HLO, unusable donations, and state "
+        "leaves that `init` returned sharing a buffer with a param or another leaf:",
         "",
         copies_table(results),
         "",
@@ -937,8 +972,16 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true", help="1M, a few entries")
     parser.add_argument("--sizes", help="comma-separated, from " + ",".join(SIZES))
     parser.add_argument("--only", help="regex on registry ids")
-    parser.add_argument("--repeats", type=int, help="timed rounds per entry")
-    parser.add_argument("--compile-rounds", type=int, help="trace+compile rounds")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        help="timed rounds per entry (default 7 at 1M, 5 at 10M, 3 at 50M)",
+    )
+    parser.add_argument(
+        "--compile-rounds",
+        type=int,
+        help="trace+compile rounds besides the timing run's compile (default 1)",
+    )
     parser.add_argument(
         "--max-step-seconds",
         type=float,
@@ -951,6 +994,11 @@ def main(argv=None):
         help="compile and inspect only (memory, copies, donations)",
     )
     parser.add_argument("--json", help="write raw results to this file")
+    parser.add_argument(
+        "--merge",
+        help="saved results whose entries this run's replace (a re-run of some "
+        "entries with more repeats); write the merge with --json",
+    )
     parser.add_argument("--from-json", help="report (and plot) saved results")
     parser.add_argument("--plot", action="store_true", help="write docs/_static PNGs")
     parser.add_argument("--plot-dir", default=str(C.repo_root() / "docs" / "_static"))
@@ -961,6 +1009,8 @@ def main(argv=None):
         results = json.loads(Path(args.from_json).read_text())
     else:
         results = run(args)
+        if args.merge:
+            results = merge(json.loads(Path(args.merge).read_text()), results)
     text = report(results)
     print(text)
     if args.json and not args.from_json:
@@ -974,6 +1024,30 @@ def main(argv=None):
         print(f"updated {args.docs}")
 
 
+def merge(base: dict, new: dict) -> dict:
+    """`base` with every entry (size, kind) and compile record measured in `new`
+    replaced, and the re-run recorded under `reruns`."""
+    for size, per in new["sizes"].items():
+        target = base["sizes"].setdefault(size, per)
+        if target is per:
+            continue
+        for entry_id, kinds in per["entries"].items():
+            target["entries"].setdefault(entry_id, {}).update(kinds)
+    for entry_id, c in new.get("compile", {}).items():
+        if "error" in c or c["samples"]["ours"]:
+            base.setdefault("compile", {})[entry_id] = c
+    base.setdefault("reruns", []).append(
+        {
+            "command": new["command"],
+            "date": new["machine"]["date"],
+            "entries": sorted(
+                {i for per in new["sizes"].values() for i in per["entries"]}
+            ),
+        }
+    )
+    return base
+
+
 def docs_text(results: dict) -> str:
     return "\n".join(
         [
@@ -981,6 +1055,11 @@ def docs_text(results: dict) -> str:
             "",
             "Command: `" + results["command"] + "`",
             "",
+            *[
+                f"Re-run ({r['date']}): `{r['command']}` ({len(r['entries'])} "
+                "entries; their figures replace the sweep's).\n"
+                for r in results.get("reruns", [])
+            ],
             "### Targets",
             "",
             targets(results)[0],
@@ -1034,10 +1113,13 @@ def run(args) -> dict:
     else:
         sizes = list(SIZES)
         default_ids = [c.id for c in CASES]
-        repeats, compile_rounds, min_seconds = 7, 2, 0.02
+        repeats, compile_rounds, min_seconds = None, 1, 0.02
     if args.sizes:
         sizes = args.sizes.split(",")
-    repeats = args.repeats or repeats
+    # Rounds per entry: fewer where one step is long (the medians of 3 rounds of
+    # 50M-parameter steps are as stable as those of 7 rounds at 1M).
+    default_repeats = {"1M": 7, "10M": 5, "50M": 3}
+    repeats_of = lambda size: args.repeats or repeats or default_repeats.get(size, 5)
     compile_rounds = (
         args.compile_rounds if args.compile_rounds is not None else compile_rounds
     )
@@ -1054,6 +1136,7 @@ def run(args) -> dict:
     print(C.machine_line(results["machine"]), flush=True)
     too_slow: set[tuple[str, str]] = set()
     for size in sizes:
+        repeats = repeats_of(size)
         shapes = C.transformer_shapes(SIZES[size])
         n = C.count(shapes)
         per = {"n_params": n, "leaves": len(shapes), "entries": {}}
@@ -1063,7 +1146,7 @@ def run(args) -> dict:
             base = base_arrays(shapes, kind, 0)
             grads_base = base_arrays(shapes, kind, 1)
             floors[kind] = floor_runner(base if kind == "tree" else base["flat"])[0]
-        ftimes = C.interleaved(floors, repeats * 2, min_seconds)
+        ftimes = C.interleaved(floors, max(repeats * 2, 6), min_seconds)
         per["floors"] = {kind: C.median(ts) for kind, ts in ftimes.items()}
         print(
             f"\n{size}: {C.human(n)} params, {len(shapes)} leaves; flat floor "
@@ -1071,7 +1154,7 @@ def run(args) -> dict:
             f"{1e3 * per['floors']['tree']:.3f} ms",
             flush=True,
         )
-        if not args.no_timing:
+        if not (args.no_timing or args.quick):
             base = base_arrays(shapes, "tree", 0)
             grads_base = base_arrays(shapes, "tree", 1)
             fb = flat_buffer_experiment(
@@ -1117,6 +1200,8 @@ def run(args) -> dict:
             del base, grads_base
         del floors
         gc.collect()
+        if args.json and not args.merge:  # partial results, if interrupted
+            Path(args.json).write_text(json.dumps(results, indent=1))
     # Trace+compile on the smallest size's tree.
     size = sizes[0]
     shapes = C.transformer_shapes(SIZES[size])
