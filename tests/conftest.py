@@ -2,9 +2,17 @@ import os
 
 
 # Multi-device behaviour is tested on CPU: 8 host devices, set before jax is imported.
-_flag = "--xla_force_host_platform_device_count=8"
-if _flag not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+# The suite compiles thousands of small programs and runs each a few times: cheaper
+# CPU code generation (LLVM without its expensive passes; XLA's HLO passes, which
+# decide fusion, copies and numerics, are unchanged) cuts its time by about a fifth.
+_flags = (
+    "--xla_force_host_platform_device_count=8",
+    "--xla_backend_optimization_level=0",
+    "--xla_llvm_disable_expensive_passes=true",
+)
+for _flag in _flags:
+    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 import jax
 import jax.random as jr
