@@ -3,7 +3,8 @@
 
 For each problem and solver it reports whether the solver converged (final
 `max|grad| <= 10 * GTOL * max(1, |f|)`), the number of function(+gradient) evaluations,
-the median wall time of a compiled run, and the first call including compilation.
+the median wall time of a compiled run (the solvers' runs interleaved, so that all of
+them see the same load), and the first call including compilation.
 
     python benchmarks/minimize.py [--quick] [--repeats N] [--only NAME,...]
 
@@ -253,27 +254,35 @@ def _block(x):
     return jax.block_until_ready(x)
 
 
-def measure(solve, problem: Problem, repeats: int):
-    t0 = time.perf_counter()
-    y, evals = _block(solve(problem))
-    first = time.perf_counter() - t0
-    times = []
-    for _ in range(repeats):
+def measure(solvers: dict, problem: Problem, repeats: int) -> dict:
+    """Measure every solver on `problem`: first calls in turn, then `repeats` rounds
+    of compiled runs with the solvers interleaved, so that all of them see the same
+    load on a shared machine."""
+    firsts = {}
+    for name, solve in solvers.items():
         t0 = time.perf_counter()
-        _block(solve(problem))
-        times.append(time.perf_counter() - t0)
-    f = float(problem.fn(y, problem.args))
-    g = jax.grad(problem.fn)(y, problem.args)
-    gmax = float(jnp.max(jnp.abs(g)))
-    converged = bool(np.isfinite(f)) and gmax <= 10 * GTOL * max(1.0, abs(f))
-    return dict(
-        converged=converged,
-        evals=int(evals),
-        time=statistics.median(times),
-        first=first,
-        loss=f,
-        gmax=gmax,
-    )
+        firsts[name] = _block(solve(problem)), time.perf_counter() - t0
+    times = {name: [] for name in solvers}
+    for _ in range(repeats):
+        for name, solve in solvers.items():
+            t0 = time.perf_counter()
+            _block(solve(problem))
+            times[name].append(time.perf_counter() - t0)
+    out = {}
+    for name, ((y, evals), first) in firsts.items():
+        f = float(problem.fn(y, problem.args))
+        g = jax.grad(problem.fn)(y, problem.args)
+        gmax = float(jnp.max(jnp.abs(g)))
+        converged = bool(np.isfinite(f)) and gmax <= 10 * GTOL * max(1.0, abs(f))
+        out[name] = dict(
+            converged=converged,
+            evals=int(evals),
+            time=statistics.median(times[name]),
+            first=first,
+            loss=f,
+            gmax=gmax,
+        )
+    return out
 
 
 def main(argv=None):
@@ -299,9 +308,9 @@ def main(argv=None):
 
     rows = {}
     for p in problems:
-        for name, solve in solvers.items():
-            r = measure(solve, p, repeats)
-            rows[p.name, name] = r
+        measured = measure(solvers, p, repeats)
+        for name in solvers:
+            r = rows[p.name, name] = measured[name]
             print(
                 f"{p.name:20s} {name:18s} conv={str(r['converged']):5s} "
                 f"evals={r['evals']:6d} time={r['time'] * 1e3:9.2f} ms "

@@ -1,6 +1,7 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
 import logging
+import math
 import sys
 import types
 from collections.abc import Callable
@@ -187,6 +188,13 @@ def _step(fn, optimizer, y_static, args, options, bar, carry):
     return _step_jit(key, dynamic, carry)
 
 
+def _chunk_size(max_steps):
+    """Steps per chunk of the solve loop: about `sqrt(max_steps)`, so that both the
+    number of chunks (each chunk left after convergence costs one test of its loop
+    condition) and the length of the inner loops stay small."""
+    return max(1, math.isqrt(max(max_steps - 1, 0)) + 1)
+
+
 def _primal(inputs):
     """The solve: `inputs -> (y, residual)`. A global function (implicit_jvp needs
     one); everything it uses comes in through `inputs`."""
@@ -201,33 +209,48 @@ def _primal(inputs):
     if bar is not None:
         jax.debug.callback(bar.start, ordered=True)
 
-    def body(carry, _):
-        stop, f = carry[-1], carry[2]
-        # Skip the step once stopped. A bounded loop of zero or one trip, rather than
-        # `lax.cond`: XLA copies the whole carry through a conditional, so a skipped
-        # iteration would cost O(size of the state); this one costs almost nothing,
-        # and is reverse-mode differentiable.
-        _, new = eqxi.while_loop(
-            lambda c: ~c[0],
-            lambda c: (
-                jnp.ones((), bool),
-                _step(fn, optimizer, y_static, args, options, bar, c[1]),
-            ),
-            (stop, carry),
-            max_steps=1,
+    # The `max_steps` iterations run as `num_chunks` chunks of up to `chunk` steps: a
+    # scan over the chunks, each a bounded loop that stops as soon as the solve does.
+    # So an iteration after convergence costs nothing (a whole chunk costs one test),
+    # with no conditional (XLA would copy the whole carry through it) and no nested
+    # loop per step. Both loops are checkpointed, so reverse-mode differentiable.
+    chunk = _chunk_size(max_steps)
+    num_chunks = -(-max_steps // chunk)
+
+    def chunk_body(carry, start):
+        def cond(c):
+            j, carry, _ = c
+            return ~carry[-1] & (j < jnp.minimum(chunk, max_steps - start))
+
+        def body(c):
+            j, carry, history = c
+            f = carry[2]
+            carry = _step(fn, optimizer, y_static, args, options, bar, carry)
+            # A failed line search returns a zero step: that step is not applied.
+            history = history.at[j].set(jnp.where(carry[7], jnp.nan, f).astype(f.dtype))
+            return j + 1, carry, history
+
+        history = jnp.full((chunk,), jnp.nan, carry[2].dtype)
+        _, carry, history = eqxi.while_loop(
+            cond,
+            body,
+            (jnp.zeros((), jnp.int32), carry, history),
+            max_steps=chunk,
+            buffers=lambda c: c[2],
             kind="checkpointed",
         )
-        applied = ~stop & ~new[7]
-        return new, jnp.where(applied, f, jnp.nan).astype(f.dtype)
+        return carry, history
 
     int32 = lambda n: jnp.asarray(n, jnp.int32)
     false = jnp.zeros((), bool)
     stop0 = _stopped(f0, g0, false, rtol, atol)
     carry = (y0, state0, f0, g0, aux0, int32(0), int32(1), false, stop0)
     if max_steps > 0:
+        starts = jnp.arange(num_chunks, dtype=jnp.int32) * chunk
         carry, history = eqxi.scan(
-            body, carry, xs=None, length=max_steps, kind="checkpointed"
+            chunk_body, carry, xs=starts, length=num_chunks, kind="checkpointed"
         )
+        history = history.reshape(-1)[:max_steps]
     else:
         history = jnp.zeros((0,), f0.dtype)
     y, state, f, g, aux, num_steps, num_fevals, failed, _ = carry
@@ -301,7 +324,8 @@ def _solve(fn, optimizer, y0, args, options, throw, adjoint):
 
 def _jit_body(dynamic, static, *rest):
     treedef, leaves = static
-    fn, optimizer, y0, args = eqx.combine(dynamic, jtu.tree_unflatten(treedef, leaves))
+    leaves = [s if d is None else d for d, s in zip(dynamic, leaves)]
+    fn, optimizer, y0, args = jtu.tree_unflatten(treedef, leaves)
     return _solve(fn, optimizer, y0, args, *rest)
 
 
@@ -330,6 +354,8 @@ class _DropEquinoxErrors(logging.Filter):
 def _call(jitted, *args):
     """Run, and turn an `eqx.error_if` failure into an `eqx.EquinoxRuntimeError` with
     its message (as `eqx.filter_jit` does)."""
+    if not args[3]:  # `throw=False`: no error to catch
+        return jitted(*args)
     logger = logging.getLogger("jax._src.callback")
     quiet = _DropEquinoxErrors()
     logger.addFilter(quiet)
@@ -351,9 +377,11 @@ def _call(jitted, *args):
 
 def _minimize(fn, optimizer, y0, args, options, throw, adjoint):
     """`_solve` under `jit` (as `eqx.filter_jit`: arrays traced, the rest static)."""
-    dynamic, static = eqx.partition((fn, optimizer, y0, args), eqx.is_array)
-    leaves, treedef = jtu.tree_flatten(static)
-    static = (treedef, tuple(leaves))
+    # One flatten (cheaper than `eqx.partition`): arrays are traced, the rest static.
+    leaves, treedef = jtu.tree_flatten((fn, optimizer, y0, args))
+    arrays = [eqx.is_array(x) for x in leaves]
+    dynamic = [x if a else None for x, a in zip(leaves, arrays)]
+    static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
     try:
         hash(static)
     except TypeError:  # unhashable non-array leaves: let Equinox handle them
@@ -392,17 +420,19 @@ def minimize(
     is accepted.
 
     The loop is one `equinox.internal.scan` of `max_steps` iterations (checkpointed,
-    so reverse-mode differentiable); it stops when
+    so reverse-mode differentiable), run in about $\sqrt{\text{max\_steps}}$ chunks:
+    the scan is over the chunks, and each chunk is a bounded, checkpointed loop of up to
+    $\sqrt{\text{max\_steps}}$ iterations. It stops when
 
     $$\max_i |\nabla_y f(y, \text{args})_i| \le \text{atol} + \text{rtol}\,|f(y,
       \text{args})|$$
 
-    at the current point; the remaining iterations are skipped at (almost) no cost, by
-    a bounded loop of zero or one trip rather than `lax.cond` (a conditional would copy
-    the whole state on every skipped iteration). It is compiled once per `fn`,
-    optimizer structure and input shapes (as `equinox.filter_jit`: arrays traced,
-    everything else static), with XLA's older CPU fusion emitters, which compile this
-    loop of small kernels about twice as fast.
+    at the current point; the remaining iterations are skipped at (almost) no cost: the
+    chunk's loop exits, and each later chunk costs one test of its loop condition (no
+    `lax.cond`, through which XLA would copy the whole state). It is compiled once per
+    `fn`, optimizer structure and input shapes (as `equinox.filter_jit`: arrays
+    traced, everything else static), with XLA's older CPU fusion emitters, which
+    compile this loop of small kernels about twice as fast.
 
     **Arguments:**
 
@@ -436,11 +466,17 @@ def minimize(
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
         def rosenbrock(y, args):
             return jnp.sum(100 * (y[1:] - y[:-1] ** 2) ** 2 + (1 - y[:-1]) ** 2)
 
-        sol = eqxopt.minimize(rosenbrock, eqxopt.LBFGS(), jnp.zeros(10))
-        sol.value, sol.stats["num_steps"]
+
+        sol = eqxopt.minimize(rosenbrock, eqxopt.LBFGS(), jnp.zeros(4))
+        assert sol.result == eqxopt.RESULTS.successful and jnp.allclose(sol.value, 1.0)
         ```
     """
     if not isinstance(optimizer, AbstractOptimizer):

@@ -11,6 +11,25 @@ class RESULTS(eqx.Enumeration):
 
     `eqxopt.RESULTS[sol.result]` is the message; `sol.result == RESULTS.successful` is
     a boolean array (usable under `jit`).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def loss(y, args):
+            return jnp.sum((y - 3.0) ** 2)
+
+
+        sol = eqxopt.minimize(
+            loss, eqxopt.SGD(0.01), jnp.zeros(2), max_steps=10, throw=False
+        )
+        assert sol.result == eqxopt.RESULTS.max_steps_reached  # 10 steps are too few
+        print(eqxopt.RESULTS[sol.result])  # the message, with advice
+        ```
     """
 
     successful = ""
@@ -54,6 +73,23 @@ class Solution(eqx.Module):
         of `fn`; value and gradient together count once; int32) and `history` (length
         `max_steps`: `history[i]` is the loss at the start of step `i`, NaN from
         `num_steps` on).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def loss(y, args):
+            return jnp.sum((y - args) ** 2)
+
+
+        sol = eqxopt.minimize(loss, eqxopt.LBFGS(), jnp.zeros(3), args=jnp.arange(3.0))
+        sol.value, sol.loss  # ~[0, 1, 2], ~0
+        sol.stats["num_steps"], sol.stats["num_fevals"]  # int32 counts
+        ```
     """
 
     value: PyTree[Any]

@@ -30,6 +30,26 @@ class LineSearchResult(eqx.Enumeration):
 
     `successful` and `sufficient_decrease_only` return a step; the three others are
     failures: the step is zero and the state's `failed` flag is set.
+
+    !!! Example
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def loss(y):
+            return jnp.sum((y - 1.0) ** 2)
+
+
+        search, y = eqxopt.Zoom(), jnp.zeros(3)
+        value, grad = jax.value_and_grad(loss)(y)  # +grad is an ascent direction:
+        _, state = search.update(grad, search.init(y), y, value=value, value_fn=loss)
+        assert state.result == eqxopt.LineSearchResult.not_descent and state.failed
+        print(eqxopt.LineSearchResult[state.result])  # what went wrong, and the fix
+        ```
     """
 
     successful = ""
@@ -149,6 +169,28 @@ class AbstractLineSearch(AbstractOptimizer[_S]):
     without another evaluation), the number of evaluations `num_evals`, a `failed`
     flag and a [`eqxopt.LineSearchResult`][] `result`. A failed search returns a zero
     step, never a NaN.
+
+    !!! Example
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def loss(y):
+            return jnp.sum((y - 1.0) ** 2)
+
+
+        search, y = eqxopt.Backtracking(), jnp.zeros(3)
+        assert isinstance(search, eqxopt.AbstractLineSearch)
+        value, grad = jax.value_and_grad(loss)(y)  # search along -grad:
+        step, state = search.update(
+            -grad, search.init(y), y, value=value, value_fn=loss
+        )
+        assert state.value < value and jnp.allclose(y + step, 1.0)
+        ```
     """
 
     @abc.abstractmethod

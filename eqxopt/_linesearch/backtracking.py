@@ -22,7 +22,28 @@ from .zoom import init_state, tree_select
 @typechecked
 class BacktrackingState(eqx.Module):
     """State of [`eqxopt.Backtracking`][]; the fields mean what they mean in
-    [`eqxopt.ZoomState`][]."""
+    [`eqxopt.ZoomState`][].
+
+    !!! Example
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def loss(p):
+            return jnp.sum((p - 1.0) ** 2)
+
+
+        search, y = eqxopt.Backtracking(), jnp.zeros(3)
+        value, grad = jax.value_and_grad(loss)(y)
+        _, state = search.update(-grad, search.init(y), y, value=value, value_fn=loss)
+        assert state.step_size == 0.5 and state.num_evals == 2  # step 1 overshot
+        assert not state.failed and state.value == 0.0  # the loss at y + step
+        ```
+    """
 
     step_size: Float[Array, ""]
     value: Float[Array, ""]
@@ -70,7 +91,17 @@ class Backtracking(AbstractLineSearch[BacktrackingState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def loss(y):
+            return jnp.sum((y - jnp.arange(3.0)) ** 2)
+
+
         opt = eqxopt.LBFGS(linesearch=eqxopt.Backtracking(decrease_factor=0.5))
+        sol = eqxopt.minimize(lambda y, args: loss(y), opt, jnp.zeros(3))
         ```
     """
 

@@ -2,6 +2,7 @@
 
 import equinox as eqx
 import equinox.internal as eqxi
+import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
@@ -39,6 +40,26 @@ class ZoomState(eqx.Module):
     - `num_evals`: value-and-gradient evaluations made by the last search.
     - `failed`: whether the last search failed (it then returned a zero step).
     - `result`: how it ended, an [`eqxopt.LineSearchResult`][].
+
+    !!! Example
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def loss(p):
+            return jnp.sum((p - 1.0) ** 2)
+
+
+        search, y = eqxopt.Zoom(), jnp.zeros(3)
+        value, grad = jax.value_and_grad(loss)(y)
+        _, state = search.update(-grad, search.init(y), y, value=value, value_fn=loss)
+        assert state.result == eqxopt.LineSearchResult.successful
+        state.step_size, state.value, state.num_evals  # the accepted step, f there
+        ```
     """
 
     step_size: Float[Array, ""]
@@ -131,10 +152,22 @@ def _unpack(v):
 def _pack(d, dtype):
     # A chain of elementwise selects on one vector (not `jnp.stack`, which XLA splits
     # into one kernel per element): it fuses into a single kernel.
-    out = jnp.zeros((len(_FIELDS),), dtype)
+    n = len(_FIELDS)
+    out = jnp.zeros((n,), dtype)
     for k, name in enumerate(_FIELDS):
-        out = jnp.where(_MASKS[k], jnp.asarray(d[name]).astype(dtype), out)
+        value = lax.broadcast(jnp.asarray(d[name]).astype(dtype), (n,))
+        out = lax.select(jnp.asarray(_MASKS[k]), value, out)
     return out
+
+
+def _select(pred, a, b):
+    """`jnp.where(pred, a, b)` for a scalar `pred` and operands of one shape and dtype,
+    as a single primitive (`jnp.where` traces a nested `jit` per call: this loop body
+    has dozens of them, and each costs tracing and lowering time)."""
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape or jnp.shape(pred) != ():
+        return jnp.where(pred, a, b)
+    return lax.select(jnp.asarray(pred, bool), a, b)
 
 
 _MASKS = np.eye(len(_FIELDS), dtype=bool)  # NumPy: constants, not kernels
@@ -190,12 +223,23 @@ class Zoom(AbstractLineSearch[ZoomState]):
     !!! Example
 
         ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def loss(y):
+            return jnp.sum((y - 1.0) ** 2)
+
+
         # Gradient descent with a strong-Wolfe step:
-        opt = eqxopt.Chain(eqxopt.Scale(-1.0), eqxopt.Zoom(initial_step="keep"))
-        value, grad = jax.value_and_grad(loss)(params)
-        params, state = opt.step(
-            params, grad, state, value=value, grad=grad, value_fn=loss
+        opt, y = (
+            eqxopt.Chain(eqxopt.Scale(-1.0), eqxopt.Zoom(initial_step="keep")),
+            jnp.zeros(3),
         )
+        value, grad = jax.value_and_grad(loss)(y)
+        y, state = opt.step(y, grad, opt.init(y), value=value, grad=grad, value_fn=loss)
         ```
     """
 
@@ -297,7 +341,7 @@ class Zoom(AbstractLineSearch[ZoomState]):
 
         def trial(c):
             """The next trial step: bracketing (Alg. 3.5) or zooming (Alg. 3.6)."""
-            t_bracket = jnp.where(c["i"] == 0, t0, increase * c["t"])
+            t_bracket = _select(c["i"] == 0, t0, increase * c["t"])
             if self.max_step_size is not None:
                 t_bracket = jnp.minimum(t_bracket, scalar(self.max_step_size, dtype))
             lo, hi = c["lo"], c["hi"]
@@ -309,17 +353,15 @@ class Zoom(AbstractLineSearch[ZoomState]):
             use_cubic = (cubic > left + 0.2 * delta) & (cubic < right - 0.2 * delta)
             quad = _quadmin(lo, c["f_lo"], c["s_lo"], hi, c["f_hi"])
             use_quad = (quad > left + 0.1 * delta) & (quad < right - 0.1 * delta)
-            middle = jnp.where(
-                use_cubic, cubic, jnp.where(use_quad, quad, (lo + hi) / 2)
-            )
+            middle = _select(use_cubic, cubic, _select(use_quad, quad, (lo + hi) / 2))
             # First choice: the cubic matching the values and slopes at both ends
             # (both are known), clamped away from the ends (as Moré & Thuente) rather
             # than rejected, so a minimiser near an end shrinks the interval 20-fold,
             # not 2-fold. This saves evaluations over Optax's choices above.
             herm = _hermitemin(lo, c["f_lo"], c["s_lo"], hi, c["f_hi"], c["s_hi"])
             use_herm = (herm > left + 0.05 * delta) & (herm < right - 0.05 * delta)
-            middle = jnp.where(use_herm, herm, middle)
-            return jnp.where(c["bracketed"] > 0, middle, t_bracket)
+            middle = _select(use_herm, herm, middle)
+            return _select(c["bracketed"] > 0, middle, t_bracket)
 
         def cond(carry):
             c = _unpack(carry[0])
@@ -349,31 +391,31 @@ class Zoom(AbstractLineSearch[ZoomState]):
             high_moved = high_is_mid | high_is_low
 
             def pick(zoom, bracket):
-                return jnp.where(zooming, zoom, bracket)
+                return _select(zooming, zoom, bracket)
 
             new_lo = pick(
-                jnp.where(high_is_mid, c["lo"], t), jnp.where(low_is_new, t, c["t"])
+                _select(high_is_mid, c["lo"], t), _select(low_is_new, t, c["t"])
             )
             new_f_lo = pick(
-                jnp.where(high_is_mid, c["f_lo"], f), jnp.where(low_is_new, f, c["f"])
+                _select(high_is_mid, c["f_lo"], f), _select(low_is_new, f, c["f"])
             )
             new_s_lo = pick(
-                jnp.where(high_is_mid, c["s_lo"], s), jnp.where(low_is_new, s, c["s"])
+                _select(high_is_mid, c["s_lo"], s), _select(low_is_new, s, c["s"])
             )
             new_hi = pick(
-                jnp.where(high_is_mid, t, jnp.where(high_is_low, c["lo"], c["hi"])),
-                jnp.where(low_is_new, c["t"], t),
+                _select(high_is_mid, t, _select(high_is_low, c["lo"], c["hi"])),
+                _select(low_is_new, c["t"], t),
             )
             new_f_hi = pick(
-                jnp.where(high_is_mid, f, jnp.where(high_is_low, c["f_lo"], c["f_hi"])),
-                jnp.where(low_is_new, c["f"], f),
+                _select(high_is_mid, f, _select(high_is_low, c["f_lo"], c["f_hi"])),
+                _select(low_is_new, c["f"], f),
             )
             new_s_hi = pick(
-                jnp.where(high_is_mid, s, jnp.where(high_is_low, c["s_lo"], c["s_hi"])),
-                jnp.where(low_is_new, c["s"], s),
+                _select(high_is_mid, s, _select(high_is_low, c["s_lo"], c["s_hi"])),
+                _select(low_is_new, c["s"], s),
             )
             take_safe = pick(sufficient & (f < c["safe_f"]), sufficient)
-            safe_t = jnp.where(take_safe, t, c["safe_t"])
+            safe_t = _select(take_safe, t, c["safe_t"])
             done = pick(wolfe, wolfe | (max_reached & ~b_bracketed))
             too_small = (
                 zooming & (jnp.abs(c["hi"] - c["lo"]) <= threshold) & (safe_t > 0)
@@ -392,10 +434,10 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 hi=new_hi,
                 f_hi=new_f_hi,
                 s_hi=new_s_hi,
-                ref=pick(jnp.where(high_moved, c["hi"], c["lo"]), new_lo),
-                f_ref=pick(jnp.where(high_moved, c["f_hi"], c["f_lo"]), new_f_lo),
+                ref=pick(_select(high_moved, c["hi"], c["lo"]), new_lo),
+                f_ref=pick(_select(high_moved, c["f_hi"], c["f_lo"]), new_f_lo),
                 safe_t=safe_t,
-                safe_f=jnp.where(take_safe, f, c["safe_f"]),
+                safe_f=_select(take_safe, f, c["safe_f"]),
                 bracketed=zooming | b_bracketed,
                 done=done,
                 failed=failed,

@@ -54,6 +54,20 @@ class LBFGSState(eqx.Module):
         steepest-descent direction (a failure along an L-BFGS direction instead
         clears the memory and returns a zero update, and the next update starts again
         from steepest descent).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        opt = eqxopt.LBFGS(memory_size=5)
+        state = opt.init({"w": jnp.zeros(3)})
+        assert state.s_memory["w"].shape == (5, 3)  # the last 5 steps s_k
+        assert state.y_memory["w"].shape == (5, 3)  # and gradient changes y_k
+        state.linesearch_state  # a ZoomState
+        ```
     """
 
     count: Int32[Array, ""]
@@ -198,13 +212,29 @@ class LBFGS(AbstractOptimizer[LBFGSState]):
     !!! Example
 
         ```python
-        opt = eqxopt.LBFGS()
+        import equinox as eqx
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def loss(p):
+            return jnp.sum((p["w"] - 2.0) ** 2)
+
+
+        opt, params = eqxopt.LBFGS(), {"w": jnp.zeros(3)}
         state = opt.init(params)
         value, grad = jax.value_and_grad(loss)(params)
-        for _ in range(50):
-            params, state = opt.step(
-                params, grad, state, value=value, value_fn=loss
-            )
+
+
+        @eqx.filter_jit
+        def step(params, grad, state, value):
+            return opt.step(params, grad, state, value=value, value_fn=loss)
+
+
+        for _ in range(3):  # the line search kept f and grad f at the new params:
+            params, state = step(params, grad, state, value)
             value, grad = state.linesearch_state.value, state.linesearch_state.grad
         ```
     """
