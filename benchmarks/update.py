@@ -410,6 +410,8 @@ def compile_times(case, shapes, rounds: int, first: dict | None) -> dict:
             for side in order:
                 if side == "optax" and s_ref is not None:
                     tx = case.reference()
+                    with STANDARD():  # a reference may build itself in `init`
+                        jax.eval_shape(tx.init, params)
                     c = C.compile_step(
                         optax_step(tx, static),
                         (params, params, s_ref, dyn),

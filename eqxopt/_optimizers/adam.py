@@ -36,7 +36,22 @@ class AdamState(eqx.Module):
     [`eqxopt.NAdamW`][], [`eqxopt.Adamax`][], [`eqxopt.AdamaxW`][],
     [`eqxopt.RAdam`][], [`eqxopt.AdaBelief`][], [`eqxopt.Yogi`][], [`eqxopt.Lamb`][]
     and their `ScaleBy*` blocks): the step count and the first and second moments
-    (for Adamax the infinity norm, for AdaBelief the belief), one leaf per param."""
+    (for Adamax the infinity norm, for AdaBelief the belief), one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.Adam(1e-3).init(params)
+        assert state.count == 0  # int32 step count
+        assert state.mu["w"].shape == (2, 3)  # first moment, like params["w"]
+        assert state.nu["w"].dtype == params["w"].dtype  # second moment
+        ```
+    """
 
     count: Int32[Array, ""]
     mu: PyTree[Inexact[Array, "..."]]
@@ -207,6 +222,32 @@ def descent(learning_rate, weight_decay=0.0):
     return finish
 
 
+def ordered_step(opt, model, grads, state, fields: tuple[str, ...], **extra):
+    """`opt.update`, then `eqx.apply_updates`, with the state leaves of `fields`
+    (trees mirroring the params) computed after the new params.
+
+    When a state buffer is read both by the update and by its own new value (or its
+    new value is a plain copy of the grads), XLA on CPU copies the donated buffer
+    before overwriting it. Adding an exact zero computed from the new params orders
+    the state write after the params' update, so XLA writes it in place (the trick of
+    `Lion.step`). The new state equals `update`'s (a `-0.0` may become `+0.0`).
+    Leaves under 4096 elements are left alone: their copies cost nothing measurable,
+    while every ordered leaf adds trace and compile time."""
+    updates, state = opt.update(grads, state, model, **extra)
+    model = eqx.apply_updates(model, updates)
+
+    def _order(s, p):
+        if not eqx.is_inexact_array(p) or p.shape != s.shape or p.size < 4096:
+            return s
+        zero = jnp.where(jnp.isfinite(p), p * 0, 0).astype(s.dtype)
+        return s + zero
+
+    for field in fields:
+        new = tree_map(_order, getattr(state, field), model, names=(field, "params"))
+        state = eqx.tree_at(lambda s: getattr(s, field), state, new)
+    return model, state
+
+
 def _adam(opt, grads, state: AdamState, params, leaf_update=None, mask=None):
     r"""Shared Adam step. `leaf_update(direction, g, p, m)` maps the bias-corrected
     direction $\hat m / (\sqrt{\hat v + \epsilon_{root}} + \epsilon)$ (in the
@@ -219,6 +260,23 @@ class ScaleByAdam(AbstractOptimizer[AdamState]):
     r"""Adam's preconditioning without the learning rate: the update is the
     bias-corrected $\hat m / (\sqrt{\hat v + \epsilon_{\rm root}} + \epsilon)$.
     Matches `optax.scale_by_adam`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByAdam(b1=0.9, b2=0.999), eqxopt.ScaleByLearningRate(1e-3)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # the same updates as eqxopt.Adam(1e-3)
+        ```
     """
 
     b1: ScalarLike = 0.9
@@ -243,6 +301,7 @@ class Adam(AbstractOptimizer[AdamState]):
 
     $$m_k = \beta_1 m_{k-1} + (1-\beta_1) g_k, \qquad
       v_k = \beta_2 v_{k-1} + (1-\beta_2) g_k^2$$
+
     $$u_k = -\eta_k\, \frac{\hat m_k}{\sqrt{\hat v_k + \epsilon_{\rm root}} + \epsilon},
       \qquad \hat m_k = \frac{m_k}{1-\beta_1^k},\ \hat v_k = \frac{v_k}{1-\beta_2^k}$$
 
@@ -261,9 +320,15 @@ class Adam(AbstractOptimizer[AdamState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Adam(eqxopt.schedules.CosineDecay(1e-3, decay_steps=1000))
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -309,7 +374,16 @@ class AdamW(AbstractOptimizer[AdamState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.AdamW(1e-3, weight_decay=0.1, mask=lambda p: p.ndim > 1)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # "w" (a matrix) is decayed, the bias "b" is not
         ```
     """
 

@@ -22,6 +22,7 @@ from .._misc import (
     zeros_like,
 )
 from .._transform.weight_decay import decay_mask
+from .adam import ordered_step
 
 
 @typechecked
@@ -29,7 +30,23 @@ class AdaNState(eqx.Module):
     """State of [`eqxopt.AdaN`][] and [`eqxopt.ScaleByAdaN`][]: the step count, the
     EMAs of the gradients (`m`), of the gradient differences (`v`) and of the squared
     Nesterov term (`n`), and the previous gradient (`prev_grad`), one leaf per
-    param."""
+    param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.AdaN(1e-3)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert jnp.all(state.prev_grad["b"] == grads["b"])  # for the next difference
+        ```
+    """
 
     count: Int32[Array, ""]
     m: PyTree[Inexact[Array, "..."]]
@@ -110,7 +127,25 @@ def _adan(opt, grads, state: AdaNState, params, leaf_update, mask=None):
 
 class ScaleByAdaN(AbstractOptimizer[AdaNState]):
     r"""Adan's direction without learning rate, weight decay or sign flip (see
-    [`eqxopt.AdaN`][]). Matches `optax.scale_by_adan`."""
+    [`eqxopt.AdaN`][]). Matches `optax.scale_by_adan`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByAdaN(b1=0.98, b2=0.92, b3=0.99),
+            eqxopt.ScaleByLearningRate(1e-3),
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
+    """
 
     b1: ScalarLike = 0.98
     b2: ScalarLike = 0.92
@@ -137,7 +172,9 @@ class AdaN(AbstractOptimizer[AdaNState]):
 
     $$m_k = \beta_1 m_{k-1} + (1-\beta_1) g_k, \qquad
       v_k = \beta_2 v_{k-1} + (1-\beta_2)\Delta_k$$
+
     $$n_k = \beta_3 n_{k-1} + (1-\beta_3)\bigl(g_k + (1-\beta_2)\Delta_k\bigr)^2$$
+
     $$u_k = -\eta_k \left( \frac{\hat m_k + (1-\beta_2)\,\hat v_k}
       {\sqrt{\hat n_k + \epsilon_{\rm root}} + \epsilon} + \lambda\, p_k \right)$$
 
@@ -160,9 +197,15 @@ class AdaN(AbstractOptimizer[AdaNState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.AdaN(1e-3, weight_decay=0.02)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -196,6 +239,11 @@ class AdaN(AbstractOptimizer[AdaNState]):
             return d * -scalar(lr, d.dtype)
 
         return _adan(self, grads, state, params, _leaf_update, mask)
+
+    def step(self, model: Params, grads: Updates, state: AdaNState, **extra):
+        """`update`, then `eqx.apply_updates`, with the new `prev_grad` written after
+        the params, so that a donated state is updated in place (no copies)."""
+        return ordered_step(self, model, grads, state, ("prev_grad",), **extra)
 
 
 _ARGS = r"""- `b1`: decay rate of the gradient EMA $m$, in `[0, 1)`.

@@ -23,6 +23,7 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
+from .adam import ordered_step
 
 
 def quarter_power(count: Array) -> Array:
@@ -33,7 +34,23 @@ def quarter_power(count: Array) -> Array:
 @typechecked
 class ADOPTState(eqx.Module):
     """State of [`eqxopt.ADOPT`][]: the step count and the first (`mu`) and second
-    (`nu`) moments, one leaf per param."""
+    (`nu`) moments, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.ADOPT(1e-3)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert state.count == 1 and state.mu["w"].shape == state.nu["w"].shape == (2, 3)
+        ```
+    """
 
     count: Int32[Array, ""]
     mu: PyTree[Inexact[Array, "..."]]
@@ -46,6 +63,7 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
 
     $$\tilde g_k = \operatorname{clip}\left(\frac{g_k}{\max(\sqrt{v_{k-1}},
       \epsilon)},\ c_k\right), \qquad m_k = \beta_1 m_{k-1} + (1-\beta_1)\,\tilde g_k$$
+
     $$v_k = \beta_2 v_{k-1} + (1-\beta_2)\,g_k^2, \qquad u_k = -\eta_k\, m_k$$
 
     for $k \ge 1$; the first step only sets $v_0 = g_0^2$ (its update is 0). With
@@ -69,9 +87,15 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.ADOPT(1e-3, b2=0.9999)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -139,6 +163,11 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
             names=("grads", "state.mu", "state.nu", "params"),
         )
         return updates, ADOPTState(increment(state.count), mu, nu)
+
+    def step(self, model: Params, grads: Updates, state: ADOPTState, **extra):
+        """`update`, then `eqx.apply_updates`, with the new `nu` written after the
+        params, so that a donated state is updated in place (no copies)."""
+        return ordered_step(self, model, grads, state, ("nu",), **extra)
 
 
 ADOPT.__init__.__doc__ = r"""**Arguments:**

@@ -21,13 +21,30 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
+from .adam import ordered_step
 
 
 @typechecked
 class OptimisticGradientState(eqx.Module):
     """State of [`eqxopt.OptimisticGradientDescent`][] and
     [`eqxopt.ScaleByOptimisticGradient`][]: the step count and the previous incoming
-    update (gradient), one leaf per param."""
+    update (gradient), one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.OptimisticGradientDescent(0.1)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert jnp.all(state.previous["b"] == grads["b"])
+        ```
+    """
 
     count: Int32[Array, ""]
     previous: PyTree[Inexact[Array, "..."]]
@@ -63,7 +80,25 @@ def _optimistic(opt, grads, state, params, lr):
 class ScaleByOptimisticGradient(AbstractOptimizer[OptimisticGradientState]):
     r"""The optimistic combination $u_k = (\alpha + \beta) g_k - \beta g_{k-1}$ of
     the incoming updates (no learning rate, no sign flip; $g_{-1} = g_0$). Matches
-    `optax.scale_by_optimistic_gradient`."""
+    `optax.scale_by_optimistic_gradient`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByOptimisticGradient(alpha=1.0, beta=1.0),
+            eqxopt.ScaleByLearningRate(0.1),
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
+    """
 
     alpha: ScalarOrSchedule = 1.0
     beta: ScalarOrSchedule = 1.0
@@ -101,9 +136,15 @@ class OptimisticGradientDescent(AbstractOptimizer[OptimisticGradientState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.OptimisticGradientDescent(0.1, alpha=1.0, beta=1.0)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -126,11 +167,32 @@ class OptimisticGradientDescent(AbstractOptimizer[OptimisticGradientState]):
         lr = resolve(self.learning_rate, state.count)
         return _optimistic(self, grads, state, params, lr)
 
+    def step(
+        self, model: Params, grads: Updates, state: OptimisticGradientState, **extra
+    ):
+        """`update`, then `eqx.apply_updates`, with the new `previous` written after
+        the params, so that a donated state is updated in place (no copies)."""
+        return ordered_step(self, model, grads, state, ("previous",), **extra)
+
 
 @typechecked
 class OptimisticAdamState(eqx.Module):
     """State of [`eqxopt.OptimisticAdam`][]: the step count, Adam's moments `mu` and
-    `nu`, and the previous Adam direction `previous`, one leaf per param."""
+    `nu`, and the previous Adam direction `previous`, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.OptimisticAdam(1e-3).init(params)
+        state.mu["w"], state.nu["w"]  # Adam's moments
+        state.previous["w"]  # the previous Adam direction
+        ```
+    """
 
     count: Int32[Array, ""]
     mu: PyTree[Inexact[Array, "..."]]
@@ -163,7 +225,15 @@ class OptimisticAdam(AbstractOptimizer[OptimisticAdamState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.OptimisticAdam(1e-3, alpha=1.0, beta=1.0)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -235,6 +305,11 @@ class OptimisticAdam(AbstractOptimizer[OptimisticAdamState]):
             names=("grads", "state.mu", "state.nu", "state.previous", "params"),
         )
         return updates, OptimisticAdamState(count, mu, nu, previous)
+
+    def step(self, model: Params, grads: Updates, state: OptimisticAdamState, **extra):
+        """`update`, then `eqx.apply_updates`, with the new `previous` written after the
+        params, so that a donated state is updated in place (no copies)."""
+        return ordered_step(self, model, grads, state, ("previous",), **extra)
 
 
 ScaleByOptimisticGradient.__init__.__doc__ = r"""**Arguments:**

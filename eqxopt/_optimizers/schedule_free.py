@@ -43,7 +43,21 @@ class ScheduleFreeState(eqx.Module):
     """State of [`eqxopt.ScheduleFree`][]: the step count, the running maximum of the
     learning rate and the sum of averaging weights (float32 scalars, float64 for
     float64 params), the $z$ sequence (one leaf per param), and the inner optimizer's
-    state."""
+    state.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.ScheduleFree(eqxopt.Adam(1e-3, b1=0.0), 1e-3).init(params)
+        state.z["w"], state.max_lr, state.weight_sum
+        assert isinstance(state.inner_state, eqxopt.AdamState)
+        ```
+    """
 
     count: Int32[Array, ""]
     max_lr: Float[Array, ""]
@@ -56,7 +70,24 @@ class ScheduleFreeState(eqx.Module):
 class ScheduleFreeSGDState(eqx.Module):
     """State of [`eqxopt.ScheduleFreeSGD`][]: the step count, the running maximum of
     the learning rate and the sum of averaging weights (float32 scalars, float64 for
-    float64 params), and the $z$ sequence (one leaf per param)."""
+    float64 params), and the $z$ sequence (one leaf per param).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.ScheduleFreeSGD(1.0)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        state.z["w"]  # the base sequence; params are the interpolation y
+        assert state.weight_sum > 0
+        ```
+    """
 
     count: Int32[Array, ""]
     max_lr: Float[Array, ""]
@@ -67,7 +98,21 @@ class ScheduleFreeSGDState(eqx.Module):
 @typechecked
 class ScheduleFreeAdamWState(eqx.Module):
     """State of [`eqxopt.ScheduleFreeAdamW`][]: as [`eqxopt.ScheduleFreeSGDState`][],
-    plus the second moment `nu` (one leaf per param)."""
+    plus the second moment `nu` (one leaf per param).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.ScheduleFreeAdamW(1e-3).init(params)
+        state.count, state.max_lr, state.weight_sum  # scalars
+        state.z["w"], state.nu["w"]  # the z sequence and the second moment
+        ```
+    """
 
     count: Int32[Array, ""]
     max_lr: Float[Array, ""]
@@ -129,10 +174,15 @@ def _y_step(u, z, y, c, b1):
     $y' = \\beta_1 x' + (1 - \\beta_1) z'$, where $x$ is implicit in
     $y = \\beta_1 x + (1 - \\beta_1) z$. Returns `(y' - y, z')`, written (as the
     reference implementation does) without dividing by $\\beta_1$:
-    $y' - y = c\\,(z - y) + (1 - \\beta_1 + \\beta_1 c)\\,u$.
+    $y' - y = c\\,(z - y) + (1 - \\beta_1 + \\beta_1 c)\\,u$, computed from the new $z'$
+    as $c\\,(z' - y) + (1 - \\beta_1)(1 - c)\\,u$ (equal in exact arithmetic): the
+    update then reads $z'$, not the old $z$, so in a jitted step with the state
+    donated XLA writes $z'$ in place and then the params, instead of first copying
+    both $z$ and the params (each output otherwise overwrites the other's input).
     """
-    update = c * (z - y) + (1 - b1 + b1 * c) * u
-    return update, z + u
+    new_z = z + u
+    update = c * (new_z - y) + (1 - b1) * (1 - c) * u
+    return update, new_z
 
 
 def _eval_params(b1, z_tree, params):
@@ -170,6 +220,7 @@ class ScheduleFree(AbstractOptimizer[ScheduleFreeState]):
     interpolation and averaging, and no decaying learning-rate schedule is needed.
 
     $$y_k = (1-\beta_1)\,z_k + \beta_1\,x_k, \qquad z_{k+1} = z_k + u_k,$$
+
     $$x_{k+1} = (1-c_{k+1})\,x_k + c_{k+1}\,z_{k+1}, \qquad
       c_{k+1} = \frac{\gamma_{\max,k}^{\,p}}{\sum_{i=0}^{k}\gamma_{\max,i}^{\,p}},\quad
       \gamma_{\max,k} = \max_{i \le k}\gamma_i,$$
@@ -200,10 +251,16 @@ class ScheduleFree(AbstractOptimizer[ScheduleFreeState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.ScheduleFree(eqxopt.Adam(1e-3, b1=0.0), learning_rate=1e-3)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
-        eval_model = opt.eval_params(state, model)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        eval_params = opt.eval_params(state, params)
         ```
     """
 
@@ -328,10 +385,16 @@ class ScheduleFreeSGD(AbstractOptimizer[ScheduleFreeSGDState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.ScheduleFreeSGD(1.0, warmup_steps=100)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
-        eval_model = opt.eval_params(state, model)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        eval_params = opt.eval_params(state, params)
         ```
     """
 
@@ -424,6 +487,7 @@ class ScheduleFreeAdamW(AbstractOptimizer[ScheduleFreeAdamWState]):
 
     $$v_k = \beta_2 v_{k-1} + (1-\beta_2)\,g_k^2, \qquad
       d_k = \frac{g_k}{\sqrt{v_k / (1-\beta_2^{k+1})} + \epsilon} + \lambda\,y_k,$$
+
     $$\gamma_k = \gamma\,\min\!\left(1, \tfrac{k+1}{T_{\rm warmup}}\right), \qquad
       z_{k+1} = z_k - \gamma_k\,d_k,$$
 
@@ -454,10 +518,16 @@ class ScheduleFreeAdamW(AbstractOptimizer[ScheduleFreeAdamWState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.ScheduleFreeAdamW(1e-3, warmup_steps=1000, weight_decay=1e-4)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
-        eval_model = opt.eval_params(state, model)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        eval_params = opt.eval_params(state, params)
         ```
     """
 

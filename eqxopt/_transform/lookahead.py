@@ -26,7 +26,24 @@ from .._misc import (
 @typechecked
 class LookaheadState(eqx.Module, Generic[State]):
     """State of [`eqxopt.Lookahead`][]: the fast optimizer's state, the number of fast
-    steps since the last synchronisation, and the slow params, one leaf per param."""
+    steps since the last synchronisation, and the slow params, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Lookahead(eqxopt.Adam(1e-3), 6, 0.5)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert state.steps_since_sync == 1
+        state.slow_params["w"], state.fast_state.mu["w"]
+        ```
+    """
 
     fast_state: State
     steps_since_sync: Int32[Array, ""]
@@ -65,10 +82,16 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Lookahead(eqxopt.Adam(1e-3), sync_period=6, slow_step_size=0.5)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)   # fast params
-        eval_model = opt.eval_params(state, model)     # slow params
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        eval_params = opt.eval_params(state, params)  # the slow params
         ```
     """
 
@@ -110,9 +133,14 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
             dtype = compute_dtype(u.dtype, p.dtype, s.dtype)
             u32, s32 = u.astype(dtype), s.astype(dtype)
             alpha = scalar(self.slow_step_size, dtype)
-            diff = p.astype(dtype) + u32 - s32
-            new_u = jnp.where(sync, u32 - (1 - alpha) * diff, u32)
-            new_s = jnp.where(sync, s32 + alpha * diff, s32)
+            p32 = p.astype(dtype)
+            new_s = jnp.where(sync, s32 + alpha * (p32 + u32 - s32), s32)
+            # At a sync the new fast params are the new slow params:
+            # p + u - (1 - alpha) (p + u - s) = s + alpha (p + u - s). Written from
+            # the new slow params, the update reads them and not the old ones, so in
+            # a jitted step with the state donated XLA updates the slow params and
+            # then the params in place, instead of first copying both.
+            new_u = jnp.where(sync, new_s - p32, u32)
             return pack(new_u.astype(out_dtype(u, p)), new_s.astype(s.dtype))
 
         updates, slow = tree_map_unzip(
