@@ -1,6 +1,6 @@
 """eqxopt: Equinox-native optimizers for JAX, with typed state that never drifts."""
 
-import importlib.metadata
+import importlib.metadata as _metadata
 
 from . import schedules as schedules
 from ._base import (
@@ -182,6 +182,6 @@ from ._verify import (
 
 
 try:
-    __version__ = importlib.metadata.version("eqxopt")
-except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+    __version__ = _metadata.version("eqxopt")
+except _metadata.PackageNotFoundError:  # pragma: no cover
     __version__ = "0.0.0"

@@ -22,6 +22,34 @@ class StateDriftError(TypeError):
     Raised at trace time. `path` is the leaf's path from the outermost optimizer's state
     (`jax.tree_util.keystr` form, e.g. `.inner_state[1].found_nan`); `expected` and
     `got` describe the leaf before and after.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+
+
+        class CountFloat(eqxopt.AbstractOptimizer):  # a buggy optimizer
+            def init(self, params):
+                return {"n": jnp.zeros((), jnp.int32)}
+
+            def update(self, grads, state, params=None, **extra):
+                return grads, {"n": state["n"] + 1.0}  # int32 becomes float
+
+
+        try:
+            eqxopt.verify(CountFloat(), params)
+        except eqxopt.StateDriftError as e:
+            error = e
+        assert error.path == "['n']" and error.expected == "int32[]"
+        print(error)  # ... drifted at `state['n']`: it was int32[], it came back ...
+        ```
     """
 
     def __init__(
@@ -162,6 +190,16 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
     !!! Example
 
         ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+
+
         class SignDescent(eqxopt.AbstractOptimizer):
             learning_rate: float
 
@@ -171,6 +209,10 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
             def update(self, grads, state, params=None, **extra):
                 step = lambda g: -self.learning_rate * jnp.sign(g)
                 return jax.tree.map(step, grads), state
+
+
+        opt = SignDescent(0.1)
+        params, state = opt.step(params, grads, opt.init(params))
         ```
     """
 
@@ -210,11 +252,40 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
 
 @typechecked
 class EmptyState(eqx.Module):
-    """The state of a stateless optimizer or transform."""
+    """The state of a stateless optimizer or transform.
+
+    !!! Example
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.Centralize().init(params)  # a stateless transform
+        assert isinstance(state, eqxopt.EmptyState)
+        assert jax.tree.leaves(state) == []  # nothing to store or checkpoint
+        ```
+    """
 
 
 @typechecked
 class CountState(eqx.Module):
-    """The state of a transform that only counts its updates (to evaluate schedules)."""
+    """The state of a transform that only counts its updates (to evaluate schedules).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        opt = eqxopt.PolyakSGD()  # keeps nothing but a step count
+        state = opt.init(params)
+        assert isinstance(state, eqxopt.CountState) and state.count.dtype == jnp.int32
+        ```
+    """
 
     count: Int32[Array, ""]

@@ -56,10 +56,11 @@ def to_optax(opt: AbstractOptimizer) -> Any:
 
         import eqxopt
 
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         tx = optax.chain(optax.clip(1.0), eqxopt.to_optax(eqxopt.AdamW(1e-3)))
-        params = {"w": jnp.ones(3)}
         state = tx.init(params)
-        updates, state = tx.update({"w": jnp.ones(3)}, state, params)
+        updates, state = tx.update(grads, state, params)
         params = optax.apply_updates(params, updates)
         ```
 
@@ -88,7 +89,23 @@ def to_optax(opt: AbstractOptimizer) -> Any:
 class FromOptaxState(eqx.Module):
     """State of [`eqxopt.FromOptax`][]: the wrapped Optax transformation's own state
     (typically NamedTuples of arrays), as one field so that drift is reported at paths
-    such as `.inner_state[0].mu['w']`."""
+    such as `.inner_state[0].mu['w']`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+        import optax
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        opt = eqxopt.from_optax(optax.adam(1e-3))
+        state = opt.init(params)
+        assert isinstance(state, eqxopt.FromOptaxState)
+        state.inner_state[0].mu["w"]  # Optax's own ScaleByAdamState, as a field
+        ```
+    """
 
     inner_state: PyTree[Any]
 
@@ -110,6 +127,22 @@ class FromOptax(AbstractOptimizer[FromOptaxState]):
       `EQXOPT_CHECK_STATE=0`).
     - `hyperparams(state)` returns the `hyperparams` dict of an
       `optax.inject_hyperparams` state, and `{}` otherwise.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+        import optax
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.from_optax(optax.sgd(0.1, momentum=0.9))
+        assert isinstance(opt, eqxopt.FromOptax)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
     """
 
     tx: Any = eqx.field(static=True)
@@ -169,12 +202,13 @@ def from_optax(tx: Any) -> AbstractOptimizer:
 
         import eqxopt
 
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Chain(
             eqxopt.from_optax(optax.clip_by_global_norm(1.0)), eqxopt.Adam(1e-3)
         )
-        params = {"w": jnp.ones(3)}
         state = opt.init(params)
-        params, state = opt.step(params, {"w": jnp.ones(3)}, state)
+        params, state = opt.step(params, grads, state)
         ```
 
     Raises `ImportError` naming the `optax` extra when Optax is not installed.

@@ -64,10 +64,10 @@ def state_shardings(
 
         mesh = jax.make_mesh((len(jax.devices()),), ("model",))
         w = jax.device_put(jnp.ones((8, 4)), NamedSharding(mesh, P("model")))
-        params = {"w": w}
-        opt = eqxopt.Adam(1e-3)
-        shardings = eqxopt.state_shardings(opt, params)
-        state = jax.jit(opt.init, out_shardings=shardings)(params)
+        opt, params = eqxopt.Adam(1e-3), {"w": w}
+        state = jax.jit(opt.init, out_shardings=eqxopt.state_shardings(opt, params))(
+            params
+        )
         assert state.mu["w"].sharding == params["w"].sharding
         ```
     """
@@ -98,13 +98,12 @@ def abstract_state(
         ```python
         import equinox as eqx
         import jax
-        import jax.random as jr
 
         import eqxopt
 
         opt = eqxopt.AdamW(1e-3)
-        model = eqx.filter_eval_shape(eqx.nn.Linear, 3, 4, key=jr.key(0))
-        target = eqxopt.abstract_state(opt, model)
+        model = eqx.filter_eval_shape(eqx.nn.Linear, 3, 4, key=jax.random.key(0))
+        target = eqxopt.abstract_state(opt, model)  # no arrays allocated
         assert target.mu.weight.shape == (4, 3)
         ```
     """

@@ -11,7 +11,22 @@ from ._misc import is_param
 
 
 class StateLeaf(eqx.Module):
-    """One row of a [`eqxopt.StateReport`][]."""
+    """One row of a [`eqxopt.StateReport`][].
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        report = eqxopt.verify(eqxopt.Adam(1e-3), params)
+        leaf = report.leaves[0]
+        assert (leaf.path, leaf.dtype, leaf.shape) == (".count", "int32", ())
+        assert not leaf.weak_type and leaf.nbytes == 4
+        ```
+    """
 
     path: str
     dtype: str
@@ -24,6 +39,20 @@ class StateReport(eqx.Module):
     """Every leaf of an optimizer's state, as traced by [`eqxopt.verify`][].
 
     `str(report)` is a table of path, dtype, shape, weak type and bytes.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        report = eqxopt.verify(eqxopt.Adam(1e-3), params)
+        assert report.optimizer == "Adam"
+        assert len(report.leaves) == 5  # count, mu["b"], mu["w"], nu["b"], nu["w"]
+        print(report)  # as a table
+        ```
     """
 
     optimizer: str
@@ -67,8 +96,13 @@ def verify(opt: AbstractOptimizer, params: Any, steps: int = 2, **extra) -> Stat
     !!! Example
 
         ```python
-        report = eqxopt.verify(eqxopt.AdamW(1e-3), model)
-        print(report)
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        report = eqxopt.verify(eqxopt.AdamW(1e-3, state_dtype=jnp.float32), params)
+        print(report)  # one row per state leaf: path, dtype, shape, weak type, bytes
         ```
     """
     name = type(opt).__name__

@@ -28,7 +28,21 @@ from .._transform.weight_decay import decay_mask
 class AdadeltaState(eqx.Module):
     """State of [`eqxopt.Adadelta`][] and [`eqxopt.ScaleByAdadelta`][]: the step
     count and the running averages of the squared gradients (`e_g`) and of the squared
-    updates (`e_x`), one leaf per param."""
+    updates (`e_x`), one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.Adadelta().init(params)
+        state.e_g["w"]  # running average of the squared gradients
+        state.e_x["w"]  # running average of the squared updates
+        ```
+    """
 
     count: Int32[Array, ""]
     e_g: PyTree[Inexact[Array, "..."]]
@@ -78,6 +92,22 @@ class ScaleByAdadelta(AbstractOptimizer[AdadeltaState]):
     r"""Adadelta's rescaling without learning rate or sign flip:
     $u = \sqrt{E[\Delta x^2] + \epsilon}\,/\,\sqrt{E[g^2] + \epsilon}\; g$.
     Matches `optax.scale_by_adadelta`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByAdadelta(rho=0.9), eqxopt.ScaleByLearningRate(1.0)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
     """
 
     rho: ScalarLike = 0.9
@@ -99,9 +129,11 @@ class Adadelta(AbstractOptimizer[AdadeltaState]):
     updates, so that the update has the units of the parameters.
 
     $$E[g^2]_k = \rho\,E[g^2]_{k-1} + (1-\rho)\,g_k^2$$
+
     $$\Delta x_k = \frac{\sqrt{E[\Delta x^2]_{k-1} + \epsilon}}
       {\sqrt{E[g^2]_k + \epsilon}}\, g_k, \qquad
       E[\Delta x^2]_k = \rho\,E[\Delta x^2]_{k-1} + (1-\rho)\,\Delta x_k^2$$
+
     $$u_k = -\eta_k\,\Delta x_k$$
 
     where $g_k$ includes the coupled weight decay $\lambda p_k$ on the leaves
@@ -121,9 +153,15 @@ class Adadelta(AbstractOptimizer[AdadeltaState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Adadelta(learning_rate=1.0, rho=0.95)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

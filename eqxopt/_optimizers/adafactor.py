@@ -41,6 +41,20 @@ class AdafactorState(eqx.Module):
     - `v`: the full second moment of each leaf that is not factored, `None` for the
       factored ones.
     - `momentum`: the momentum buffer, one leaf per param (`None` without momentum).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        opt = eqxopt.Adafactor(1e-2, min_dim_size_to_factor=2)
+        state = opt.init({"w": jnp.ones((4, 3)), "b": jnp.zeros(3)})
+        assert state.v_row["w"].shape == (3,) and state.v_col["w"].shape == (4,)
+        assert state.v["w"] is None  # 3 + 4 numbers stand for the 4 x 3 moment
+        assert state.v["b"].shape == (3,)  # a vector is not factored
+        ```
     """
 
     count: Int32[Array, ""]
@@ -197,6 +211,7 @@ class ScaleByFactoredRms(AbstractOptimizer[AdafactorState]):
     $$R_k = \hat\beta_{2,k} R_{k-1} + (1-\hat\beta_{2,k})\,\operatorname{mean}_{\rm
       col}(G), \qquad C_k = \hat\beta_{2,k} C_{k-1} + (1-\hat\beta_{2,k})\,
       \operatorname{mean}_{\rm row}(G)$$
+
     $$u_k = g_k \Big/ \sqrt{R_k C_k / \operatorname{mean}(R_k)}$$
 
     and for every other leaf the unfactored $v_k = \hat\beta_{2,k} v_{k-1} +
@@ -204,6 +219,24 @@ class ScaleByFactoredRms(AbstractOptimizer[AdafactorState]):
     $\hat\beta_{2,k} = 1 - (k + 1 - k_0)^{-c}$ with $c$ = `decay_rate` and $k_0$ =
     `step_offset`, or `decay_rate_fn(k - k_0, decay_rate)`. Matches
     `optax.scale_by_factored_rms`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByFactoredRms(min_dim_size_to_factor=2),
+            eqxopt.ScaleByLearningRate(1e-2),
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert state[0].v["w"] is None  # "w" keeps v_row and v_col only
+        ```
     """
 
     factored: bool = eqx.field(default=True, static=True)
@@ -251,6 +284,7 @@ class Adafactor(AbstractOptimizer[AdafactorState]):
 
     $$\tilde s_k = s_k \big/ \max\!\big(1, \operatorname{RMS}(s_k)/d\big), \qquad
       a_k = \eta_k\,\max\!\big(\epsilon_2, \operatorname{RMS}(p_k)\big)\,\tilde s_k$$
+
     $$m_k = \beta_1 m_{k-1} + (1-\beta_1)\,a_k \ \text{(optional)}, \qquad
       u_k = -\big(m_k + \lambda\,p_k\big)$$
 
@@ -277,12 +311,23 @@ class Adafactor(AbstractOptimizer[AdafactorState]):
     !!! Example
 
         ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+
+
         def relative_step(count):  # min(1e-2, 1/sqrt(k)), k = count + 1
             return jnp.minimum(1e-2, jax.lax.rsqrt(count.astype(jnp.float32) + 1))
 
-        opt = eqxopt.Adafactor(relative_step, min_dim_size_to_factor=32)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+
+        opt = eqxopt.Adafactor(relative_step, min_dim_size_to_factor=2)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

@@ -26,7 +26,23 @@ from .adam import full_like, per_dtype
 @typechecked
 class AdagradState(eqx.Module):
     """State of [`eqxopt.Adagrad`][] and [`eqxopt.ScaleByRss`][]: the step count and
-    the running sum of squared gradients, one leaf per param."""
+    the running sum of squared gradients, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Adagrad(0.1, initial_accumulator_value=0.0)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert jnp.allclose(state.sum_of_squares["b"], grads["b"] ** 2)
+        ```
+    """
 
     count: Int32[Array, ""]
     sum_of_squares: PyTree[Inexact[Array, "..."]]
@@ -80,6 +96,23 @@ class ScaleByRss(AbstractOptimizer[AdagradState]):
     $$s_k = s_{k-1} + g_k^2, \qquad u_k = \frac{g_k}{\sqrt{s_k + \epsilon}}$$
 
     (and $u_k = 0$ where $s_k = 0$). Matches `optax.scale_by_rss`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByRss(initial_accumulator_value=0.1),
+            eqxopt.ScaleByLearningRate(0.1),
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
     """
 
     initial_accumulator_value: ScalarLike = 0.1
@@ -118,9 +151,15 @@ class Adagrad(AbstractOptimizer[AdagradState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Adagrad(0.1, initial_accumulator_value=0.0)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

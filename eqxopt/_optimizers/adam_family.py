@@ -111,6 +111,22 @@ class ScaleByAdamax(AbstractOptimizer[AdamState]):
     r"""Adamax's preconditioning, $\hat m_k / v_k$ with
     $v_k = \max(|g_k| + \epsilon, \beta_2 v_{k-1})$; the learning rate is left to a
     following [`eqxopt.ScaleByLearningRate`][]. Matches `optax.scale_by_adamax`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByAdamax(b1=0.9, b2=0.999), eqxopt.ScaleByLearningRate(2e-3)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
     """
 
     b1: ScalarLike = 0.9
@@ -134,6 +150,7 @@ class Adamax(AbstractOptimizer[AdamState]):
 
     $$m_k = \beta_1 m_{k-1} + (1-\beta_1)\,g_k, \qquad
       v_k = \max(|g_k| + \epsilon,\ \beta_2 v_{k-1})$$
+
     $$u_k = -\eta_k\,\frac{m_k / (1-\beta_1^k)}{v_k}$$
 
     ($v$ needs no bias correction). Matches `optax.adamax` (which puts $\epsilon$
@@ -151,9 +168,15 @@ class Adamax(AbstractOptimizer[AdamState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Adamax(2e-3)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -190,6 +213,21 @@ class AdamaxW(AbstractOptimizer[AdamState]):
             author={Loshchilov, Ilya and Hutter, Frank},
             booktitle={ICLR}, year={2019}}
         ```
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.AdamaxW(2e-3, weight_decay=0.01, mask=lambda p: p.ndim > 1)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert isinstance(state, eqxopt.AdamState)  # mu and the infinity norm nu
+        ```
     """
 
     learning_rate: ScalarOrSchedule
@@ -219,7 +257,23 @@ class AdamaxW(AbstractOptimizer[AdamState]):
 class AMSGradState(eqx.Module):
     """State of [`eqxopt.AMSGrad`][] and [`eqxopt.ScaleByAmsgrad`][]: the step count,
     the two moments and the running maximum `nu_max` of the second, one leaf per
-    param."""
+    param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.AMSGrad(1e-3)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert jnp.all(state.nu_max["w"] >= state.nu["w"])  # the running maximum
+        ```
+    """
 
     count: Int32[Array, ""]
     mu: PyTree[Inexact[Array, "..."]]
@@ -280,6 +334,20 @@ class ScaleByAmsgrad(AbstractOptimizer[AMSGradState]):
     r"""AMSGrad's preconditioning without the learning rate:
     $\hat m_k / (\sqrt{\hat v^{\max}_k + \epsilon_{\rm root}} + \epsilon)$. Matches
     `optax.scale_by_amsgrad`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(eqxopt.ScaleByAmsgrad(), eqxopt.ScaleByLearningRate(1e-3))
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
     """
 
     b1: ScalarLike = 0.9
@@ -306,6 +374,7 @@ class AMSGrad(AbstractOptimizer[AMSGradState]):
 
     $$m_k = \beta_1 m_{k-1} + (1-\beta_1)\,g_k, \qquad
       v_k = \beta_2 v_{k-1} + (1-\beta_2)\,g_k^2$$
+
     $$v^{\max}_k = \max(v^{\max}_{k-1}, \hat v_k), \qquad
       u_k = -\eta_k\,\frac{\hat m_k}
                           {\sqrt{v^{\max}_k + \epsilon_{\rm root}} + \epsilon}$$
@@ -326,9 +395,15 @@ class AMSGrad(AbstractOptimizer[AMSGradState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.AMSGrad(1e-3)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -377,9 +452,15 @@ class NAdam(AbstractOptimizer[AdamState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.NAdam(1e-3)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -420,6 +501,21 @@ class NAdamW(AbstractOptimizer[AdamState]):
             title={Decoupled Weight Decay Regularization},
             author={Loshchilov, Ilya and Hutter, Frank},
             booktitle={ICLR}, year={2019}}
+        ```
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.NAdamW(1e-3, weight_decay=0.01)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # the same as eqxopt.AdamW(1e-3, weight_decay=0.01, nesterov=True)
         ```
     """
 
@@ -506,6 +602,22 @@ def radam_moments(b1, b2, eps, eps_root, threshold, nesterov: bool):
 class ScaleByRadam(AbstractOptimizer[AdamState]):
     r"""RAdam's rectified preconditioning without the learning rate (see
     [`eqxopt.RAdam`][]). Matches `optax.scale_by_radam`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByRadam(threshold=5.0), eqxopt.ScaleByLearningRate(1e-3)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
     """
 
     b1: ScalarLike = 0.9
@@ -537,6 +649,7 @@ class RAdam(AbstractOptimizer[AdamState]):
       \rho_k = \rho_\infty - \frac{2k\beta_2^k}{1-\beta_2^k}, \qquad
       r_k = \sqrt{\frac{(\rho_k-4)(\rho_k-2)\rho_\infty}
                        {(\rho_\infty-4)(\rho_\infty-2)\rho_k}}$$
+
     $$u_k = -\eta_k \begin{cases}
       r_k\,\hat m_k / (\sqrt{\hat v_k + \epsilon_{\rm root}} + \epsilon)
         & \rho_k \ge \tau \\
@@ -558,9 +671,15 @@ class RAdam(AbstractOptimizer[AdamState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.RAdam(1e-3)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -619,6 +738,22 @@ def belief_moments(b1, b2, eps, eps_root, nesterov: bool):
 class ScaleByBelief(AbstractOptimizer[AdamState]):
     r"""AdaBelief's preconditioning without the learning rate (see
     [`eqxopt.AdaBelief`][]). Matches `optax.scale_by_belief`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByBelief(b1=0.9, b2=0.999), eqxopt.ScaleByLearningRate(1e-3)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
     """
 
     b1: ScalarLike = 0.9
@@ -647,6 +782,7 @@ class AdaBelief(AbstractOptimizer[AdamState]):
 
     $$m_k = \beta_1 m_{k-1} + (1-\beta_1)\,g_k, \qquad
       s_k = \beta_2 s_{k-1} + (1-\beta_2)\,(g_k - m_k)^2 + \epsilon_{\rm root}$$
+
     $$u_k = -\eta_k\,\frac{m_k / (1-\beta_1^k)}{\sqrt{s_k / (1-\beta_2^k)} + \epsilon}$$
 
     `nesterov=True` uses NAdam's look-ahead first moment. The state's `nu` holds $s$.
@@ -668,9 +804,15 @@ class AdaBelief(AbstractOptimizer[AdamState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.AdaBelief(1e-3)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -728,6 +870,22 @@ def _yogi_init(opt, params, value) -> AdamState:
 class ScaleByYogi(AbstractOptimizer[AdamState]):
     r"""Yogi's preconditioning without the learning rate (see [`eqxopt.Yogi`][]).
     Both moments start at `initial_accumulator_value`. Matches `optax.scale_by_yogi`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByYogi(b1=0.9, b2=0.999), eqxopt.ScaleByLearningRate(1e-2)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
     """
 
     b1: ScalarLike = 0.9
@@ -754,6 +912,7 @@ class Yogi(AbstractOptimizer[AdamState]):
 
     $$m_k = \beta_1 m_{k-1} + (1-\beta_1)\,g_k, \qquad
       v_k = v_{k-1} - (1-\beta_2)\,\operatorname{sign}(v_{k-1} - g_k^2)\,g_k^2$$
+
     $$u_k = -\eta_k\,\frac{m_k / (1-\beta_1^k)}{\sqrt{v_k / (1-\beta_2^k)} + \epsilon}$$
 
     Matches `optax.yogi`: both moments start at $10^{-6}$ (Optax's
@@ -773,9 +932,15 @@ class Yogi(AbstractOptimizer[AdamState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Yogi(1e-2)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

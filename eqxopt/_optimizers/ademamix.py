@@ -27,7 +27,21 @@ from .._transform.weight_decay import decay_mask
 @typechecked
 class AdEMAMixState(eqx.Module):
     """State of [`eqxopt.AdEMAMix`][]: the step count, the fast (`m1`) and slow (`m2`)
-    gradient EMAs and the second moment `nu`, one leaf per param."""
+    gradient EMAs and the second moment `nu`, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.AdEMAMix(1e-3).init(params)
+        state.m1["w"], state.m2["w"]  # the fast and slow gradient EMAs
+        state.nu["w"]  # the second moment
+        ```
+    """
 
     count: Int32[Array, ""]
     m1: PyTree[Inexact[Array, "..."]]
@@ -42,6 +56,7 @@ class AdEMAMix(AbstractOptimizer[AdEMAMixState]):
     $$m^{(1)}_k = \beta_1 m^{(1)}_{k-1} + (1-\beta_1) g_k, \qquad
       m^{(2)}_k = \beta_3 m^{(2)}_{k-1} + (1-\beta_3) g_k, \qquad
       \nu_k = \beta_2 \nu_{k-1} + (1-\beta_2) g_k^2$$
+
     $$u_k = -\eta_k \left( \frac{\hat m^{(1)}_k + \alpha\, m^{(2)}_k}
       {\sqrt{\hat\nu_k + \epsilon_{\rm root}} + \epsilon} + \lambda\, p_k \right)$$
 
@@ -61,9 +76,15 @@ class AdEMAMix(AbstractOptimizer[AdEMAMixState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.AdEMAMix(1e-3, b3=0.9999, alpha=5.0, weight_decay=0.1)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

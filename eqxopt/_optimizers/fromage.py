@@ -50,9 +50,15 @@ class Fromage(AbstractOptimizer[CountState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Fromage(learning_rate=0.01)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

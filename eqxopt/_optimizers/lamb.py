@@ -59,6 +59,25 @@ class ScaleByTrustRatio(AbstractOptimizer[EmptyState]):
     with norms over the whole leaf (a layer), and $u$ unchanged where either norm is
     zero. Needs `params`. Used by [`eqxopt.Lamb`][] and [`eqxopt.Lars`][]; matches
     `optax.scale_by_trust_ratio`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByAdam(),
+            eqxopt.ScaleByTrustRatio(),
+            eqxopt.ScaleByLearningRate(1e-3),
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # each leaf's step scaled by ||p|| / ||u||, as in LAMB
+        ```
     """
 
     min_norm: ScalarLike = 0.0
@@ -109,9 +128,15 @@ class Lamb(AbstractOptimizer[AdamState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Lamb(1e-3, weight_decay=1e-2, mask=lambda p: p.ndim > 1)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -157,7 +182,21 @@ class Lamb(AbstractOptimizer[AdamState]):
 @typechecked
 class LarsState(eqx.Module):
     """State of [`eqxopt.Lars`][]: the step count and the momentum buffer, one leaf per
-    param."""
+    param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.Lars(0.1, momentum=0.9).init(params)
+        state.count  # the step count
+        state.trace["w"]  # the momentum buffer
+        ```
+    """
 
     count: Int32[Array, ""]
     trace: PyTree[Inexact[Array, "..."]]
@@ -168,6 +207,7 @@ class Lars(AbstractOptimizer[LarsState]):
 
     $$r_k = g_k + \lambda\,p_k, \qquad
       s_k = -\eta_k\,\frac{c\,\|p_k\|}{\|r_k\| + \epsilon}\,r_k$$
+
     $$t_k = s_k + \gamma\,t_{k-1}, \qquad u_k = t_k \quad
       (\text{Nesterov: } u_k = s_k + \gamma\,t_k)$$
 
@@ -188,9 +228,15 @@ class Lars(AbstractOptimizer[LarsState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Lars(0.1, weight_decay=1e-4, trust_ratio_mask=lambda p: p.ndim > 1)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

@@ -28,7 +28,23 @@ from .adam import descent, per_dtype
 @typechecked
 class LionState(eqx.Module):
     """State of [`eqxopt.Lion`][] and [`eqxopt.ScaleByLion`][]: the step count and the
-    momentum, one leaf per param."""
+    momentum, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Lion(1e-4, b2=0.99)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert jnp.allclose(state.mu["b"], 0.01 * grads["b"])  # the momentum
+        ```
+    """
 
     count: Int32[Array, ""]
     mu: PyTree[Inexact[Array, "..."]]
@@ -93,6 +109,22 @@ class ScaleByLion(AbstractOptimizer[LionState]):
     `mode="smooth"` replaces the sign by $\tanh(\beta_s\,\cdot)$ and `mode="refined"`
     by the identity on $(-1, 1)$, saturating to the sign outside. Matches
     `optax.scale_by_lion`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByLion(b1=0.9, b2=0.99), eqxopt.ScaleByLearningRate(1e-4)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
     """
 
     b1: ScalarLike = 0.9
@@ -128,6 +160,7 @@ class Lion(AbstractOptimizer[LionState]):
 
     $$c_k = (1-\beta_1)\,g_k + \beta_1 m_{k-1}, \qquad
       u_k = -\eta_k \left(\operatorname{sign}(c_k) + \lambda\,p_k\right)$$
+
     $$m_k = (1-\beta_2)\,g_k + \beta_2 m_{k-1}$$
 
     Every update element has magnitude $\eta$ (before weight decay), so Lion wants a
@@ -152,9 +185,15 @@ class Lion(AbstractOptimizer[LionState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Lion(1e-4, weight_decay=1e-2, mask=lambda p: p.ndim > 1)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

@@ -71,11 +71,17 @@ class MuonDimensionNumbers:
     !!! Example
 
         ```python
+        import equinox as eqx
+        import jax.numpy as jnp
+
+        import eqxopt
+
         # An `eqx.nn.Conv2d` kernel (out, in, kh, kw) as one (out, in*kh*kw)
         # matrix, as the reference implementation flattens conv filters:
         conv = eqxopt.MuonDimensionNumbers(reduction_axis=(1, 2, 3), output_axis=0)
-        # Stacked attention heads (heads, out, in): one matrix per head.
-        heads = eqxopt.MuonDimensionNumbers()  # axis 0 is a batch axis
+        params = {"conv": jnp.ones((8, 3, 3, 3)), "b": jnp.zeros(8)}
+        opt = eqxopt.Muon(0.02, matrix_mask={"conv": conv, "b": False})
+        state = opt.init(params)  # "b" goes to the fallback, AdamW
         ```
     """
 
@@ -283,7 +289,23 @@ class _Input:
 class MuonState(eqx.Module):
     """State of [`eqxopt.Muon`][]: the step count, the momentum buffers (`mu`, a leaf
     per Muon leaf, `None` elsewhere), the Newton-Schulz coefficients (one `(a, b, c)`
-    row per iteration), and the fallback optimizer's state."""
+    row per iteration), and the fallback optimizer's state.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        opt = eqxopt.Muon(0.02)
+        state = opt.init(params)
+        assert state.mu["w"].shape == (2, 3) and state.mu["b"] is None
+        assert state.ns_coeffs.shape == (5, 3)  # (a, b, c) per Newton-Schulz step
+        state.fallback_state  # AdamW's state, for "b"
+        ```
+    """
 
     count: Int32[Array, ""]
     mu: PyTree[Inexact[Array, "..."]]
@@ -398,9 +420,16 @@ class Muon(AbstractOptimizer[MuonState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Muon(0.02, weight_decay=0.01)  # AdamW(0.02, ...) for the rest
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # "w" (a matrix) gets Muon's orthogonalized momentum, "b" AdamW
         ```
     """
 

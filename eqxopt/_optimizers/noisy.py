@@ -37,6 +37,19 @@ class AddNoiseState(eqx.Module):
     with the name of its PRNG implementation (`impl`, static), so that the state
     serialises with `eqx.tree_serialise_leaves` and holds only int32 and float leaves;
     `state.key` gives it back as a typed key array.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.NoisySGD(1e-2, key=42).init(params)
+        state.count, state.key_data  # the step count, the PRNG key as int32 data
+        state.impl  # the key's implementation (static), e.g. "threefry2x32"
+        ```
     """
 
     count: Int32[Array, ""]
@@ -145,6 +158,24 @@ class AddNoise(AbstractOptimizer[AddNoiseState]):
                 Martens, James},
             journal={arXiv preprint arXiv:1511.06807}, year={2015}}
         ```
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.AddNoise(eta=0.01, gamma=0.55, key=0),
+            eqxopt.ScaleByLearningRate(0.1),
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # noise of variance eta / (1 + k)^gamma is added to the grads
+        ```
     """
 
     eta: ScalarLike
@@ -193,9 +224,15 @@ class NoisySGD(AbstractOptimizer[AddNoiseState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.NoisySGD(1e-2, eta=0.01, gamma=0.55, key=42)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

@@ -28,7 +28,21 @@ from .adam import is_zero, per_dtype
 class NovogradState(eqx.Module):
     """State of [`eqxopt.Novograd`][] and [`eqxopt.ScaleByNovograd`][]: the step count,
     the first moment `mu` (one leaf per param) and the second moment `nu` (one scalar
-    per param leaf: NovoGrad's second moment is layer-wise)."""
+    per param leaf: NovoGrad's second moment is layer-wise).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.Novograd(1e-2).init(params)
+        assert state.mu["w"].shape == (2, 3)
+        assert state.nu["w"].shape == ()  # one second moment per leaf
+        ```
+    """
 
     count: Int32[Array, ""]
     mu: PyTree[Inexact[Array, "..."]]
@@ -102,6 +116,22 @@ def _novograd_step(opt, grads, state: NovogradState, params, lr=None):
 class ScaleByNovograd(AbstractOptimizer[NovogradState]):
     r"""NovoGrad's direction without the learning rate: the momentum $m_k$ of
     [`eqxopt.Novograd`][]. Matches `optax.scale_by_novograd`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByNovograd(b1=0.9, b2=0.25), eqxopt.ScaleByLearningRate(1e-2)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
     """
 
     b1: ScalarLike = 0.9
@@ -126,6 +156,7 @@ class Novograd(AbstractOptimizer[NovogradState]):
     normalized before the momentum.
 
     $$v_k = \beta_2 v_{k-1} + (1-\beta_2)\,\|g_k\|^2 \quad (v_1 = \|g_1\|^2)$$
+
     $$m_k = \beta_1 m_{k-1} + \frac{g_k}{\sqrt{v_k + \epsilon_{\rm root}} + \epsilon}
       + \lambda\,p_k, \qquad u_k = -\eta_k\, m_k$$
 
@@ -146,9 +177,15 @@ class Novograd(AbstractOptimizer[NovogradState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Novograd(1e-2, weight_decay=1e-3)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

@@ -68,6 +68,28 @@ class ScaleByPolyak(AbstractOptimizer[EmptyState]):
     $\min\{(f(x) - f^\star)/(\|u\|^2 + \epsilon),\ \gamma_{\max}\}$ (no sign flip).
 
     Needs the loss as `update(..., value=loss)`. Matches `optax.scale_by_polyak`.
+
+    !!! Example
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+
+
+        def loss(p):
+            return jnp.sum(p["w"] ** 2) + jnp.sum(p["b"] ** 2)
+
+
+        opt = eqxopt.Chain(eqxopt.ScaleByPolyak(f_min=0.0), eqxopt.Scale(-1.0))
+        state = opt.init(params)
+        value, grads = jax.value_and_grad(loss)(params)
+        params, state = opt.step(params, grads, state, value=value)
+        ```
     """
 
     f_min: ScalarLike = 0.0
@@ -116,9 +138,23 @@ class PolyakSGD(AbstractOptimizer[CountState]):
     !!! Example
 
         ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+
+
+        def loss(p):
+            return jnp.sum(p["w"] ** 2) + jnp.sum(p["b"] ** 2)
+
+
         opt = eqxopt.PolyakSGD(max_learning_rate=1.0, f_min=0.0)
-        loss, grads = eqx.filter_value_and_grad(loss_fn)(model)
-        model, state = opt.step(model, grads, state, value=loss)
+        state = opt.init(params)
+        value, grads = jax.value_and_grad(loss)(params)
+        params, state = opt.step(params, grads, state, value=value)
         ```
     """
 

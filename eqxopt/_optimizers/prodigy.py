@@ -34,7 +34,24 @@ class ProdigyState(eqx.Module):
     """State of [`eqxopt.Prodigy`][]: the step count; the Adam moments `exp_avg`,
     `exp_avg_sq` and the weighted gradient sum `grad_sum` (one leaf per param); the
     initial params `params0`; and two scalars, the learning-rate (distance) estimate
-    `estim_lr` and the weighted numerator of that estimate."""
+    `estim_lr` and the weighted numerator of that estimate.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Prodigy(1.0)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        state.estim_lr  # the distance estimate d, grows from d0 = 1e-6
+        state.params0["w"]  # the initial params
+        ```
+    """
 
     count: Int32[Array, ""]
     exp_avg: PyTree[Inexact[Array, "..."]]
@@ -66,9 +83,11 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
 
     $$m_k = \beta_1 m_{k-1} + (1-\beta_1)\,d_k g_k, \qquad
       v_k = \beta_2 v_{k-1} + (1-\beta_2)\,d_k^2 g_k^2$$
+
     $$s_k = \beta_3 s_{k-1} + \frac{d_k\,\hat\eta_k}{d_0}\,g_k, \qquad
       r_k = \beta_3 r_{k-1} + \frac{d_k\,\hat\eta_k}{d_0}\,\langle g_k, x_0 - x_k
       \rangle$$
+
     $$d_{k+1} = \max\left(d_k,\ c\,\frac{r_k}{\|s_k\|_1}\right), \qquad
       u_k = -\hat\eta_k \left(\frac{m_k}{\sqrt{v_k} + d_{k+1}\,\epsilon}
       + \lambda x_k\right)$$
@@ -92,9 +111,15 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Prodigy(eqxopt.schedules.CosineDecay(1.0, decay_steps=1000))
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

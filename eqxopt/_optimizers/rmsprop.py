@@ -30,7 +30,21 @@ class RMSPropState(eqx.Module):
     """State of [`eqxopt.RMSProp`][], [`eqxopt.ScaleByRms`][] and
     [`eqxopt.ScaleByStddev`][]: the step count, the second moment `nu`, the first
     moment `mu` (only when centered, else `None`) and the momentum buffer `trace` (only
-    with momentum, else `None`), one leaf per param."""
+    with momentum, else `None`), one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.RMSProp(1e-3, centered=True).init(params)
+        state.nu["w"], state.mu["w"]  # second and (centered) first moment
+        assert state.trace is None  # no momentum buffer without momentum
+        ```
+    """
 
     count: Int32[Array, ""]
     nu: PyTree[Inexact[Array, "..."]]
@@ -133,6 +147,23 @@ class ScaleByRms(AbstractOptimizer[RMSPropState]):
 
     ($\epsilon$ outside the root with `eps_in_sqrt=False`; $\nu$ divided by
     $1-\rho^k$ with `bias_correction=True`). Matches `optax.scale_by_rms`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByRms(decay=0.9), eqxopt.ScaleByLearningRate(1e-3)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # RMSProp without momentum
+        ```
     """
 
     decay: ScalarLike = 0.9
@@ -162,6 +193,23 @@ class ScaleByStddev(AbstractOptimizer[RMSPropState]):
 
     ($\epsilon$ outside the root with `eps_in_sqrt=False`; both moments bias-corrected
     with `bias_correction=True`). Matches `optax.scale_by_stddev`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByStddev(decay=0.9), eqxopt.ScaleByLearningRate(1e-3)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # centered RMSProp
+        ```
     """
 
     decay: ScalarLike = 0.9
@@ -213,9 +261,15 @@ class RMSProp(AbstractOptimizer[RMSPropState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.RMSProp(1e-3, decay=0.95, centered=True, momentum=0.9)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

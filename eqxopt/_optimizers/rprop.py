@@ -23,7 +23,22 @@ from .._misc import (
 @typechecked
 class RpropState(eqx.Module):
     """State of [`eqxopt.Rprop`][]: the per-coordinate step sizes and the previous
-    (unsigned) updates, one leaf per param."""
+    (unsigned) updates, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        opt = eqxopt.Rprop(1e-3)
+        state = opt.init(params)
+        assert jnp.all(state.step_sizes["w"] == 1e-3)  # one step size per coordinate
+        state.prev_updates["w"]
+        ```
+    """
 
     step_sizes: PyTree[Inexact[Array, "..."]]
     prev_updates: PyTree[Inexact[Array, "..."]]
@@ -61,9 +76,15 @@ class Rprop(AbstractOptimizer[RpropState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Rprop(1e-3, eta_minus=0.5, eta_plus=1.2)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

@@ -23,7 +23,21 @@ from .._transform.trace import momentum_step
 @typechecked
 class SGDState(eqx.Module):
     """State of [`eqxopt.SGD`][]: the step count and the momentum buffer (`None`
-    without momentum)."""
+    without momentum).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.SGD(0.1, momentum=0.9).init(params)
+        assert state.count == 0 and state.trace["w"].shape == (2, 3)
+        assert eqxopt.SGD(0.1).init(params).trace is None  # no momentum, no buffer
+        ```
+    """
 
     count: Int32[Array, ""]
     trace: PyTree[Inexact[Array, "..."]] | None
@@ -40,9 +54,15 @@ class SGD(AbstractOptimizer[SGDState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.SGD(0.1, momentum=0.9, nesterov=True)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

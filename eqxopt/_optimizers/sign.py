@@ -24,7 +24,22 @@ from .._misc import (
 
 class ScaleBySign(AbstractOptimizer[EmptyState]):
     r"""Replace every update element by its sign: $u \mapsto \operatorname{sign}(u)$.
-    Matches `optax.scale_by_sign`."""
+    Matches `optax.scale_by_sign`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(eqxopt.ScaleBySign(), eqxopt.ScaleByLearningRate(0.01))
+        updates, state = opt.update(grads, opt.init(params))
+        assert jnp.allclose(updates["b"], -0.01 * jnp.sign(grads["b"]))
+        ```
+    """
 
     def init(self, params: Params) -> EmptyState:
         return EmptyState()
@@ -56,9 +71,15 @@ class SignSGD(AbstractOptimizer[CountState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.SignSGD(1e-3)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 
@@ -85,7 +106,23 @@ class SignSGD(AbstractOptimizer[CountState]):
 @typechecked
 class SignumState(eqx.Module):
     """State of [`eqxopt.Signum`][]: the step count and the (not debiased)
-    exponential moving average of the gradients, one leaf per param."""
+    exponential moving average of the gradients, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Signum(1e-3, beta=0.9)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert jnp.allclose(state.ema["b"], 0.1 * grads["b"])  # not debiased
+        ```
+    """
 
     count: Int32[Array, ""]
     ema: PyTree[Inexact[Array, "..."]]
@@ -112,7 +149,15 @@ class Signum(AbstractOptimizer[SignumState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Signum(1e-3, beta=0.9)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

@@ -33,7 +33,21 @@ class SM3State(eqx.Module):
     """State of [`eqxopt.SM3`][] and [`eqxopt.ScaleBySM3`][]: the step count; per
     param, a tuple `mu` of accumulators, one vector per axis (a leaf of rank 0 or 1
     has one accumulator of its own shape); and the momentum buffer `nu` (`None`
-    without momentum)."""
+    without momentum).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.SM3(0.1, momentum=0.9).init(params)
+        assert [m.shape for m in state.mu["w"]] == [(2,), (3,)]  # one per axis
+        assert state.nu["w"].shape == (2, 3)  # the momentum buffer
+        ```
+    """
 
     count: Int32[Array, ""]
     mu: PyTree[Inexact[Array, "..."]]
@@ -135,7 +149,22 @@ def _init(opt, params) -> SM3State:
 class ScaleBySM3(AbstractOptimizer[SM3State]):
     r"""SM3's rescaling without the learning rate (see [`eqxopt.SM3`][]), with
     decay rates `b1` (momentum) and `b2` (accumulators; `1` sums them, as in the
-    paper). Matches `optax.scale_by_sm3`."""
+    paper). Matches `optax.scale_by_sm3`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(eqxopt.ScaleBySM3(b1=0.9), eqxopt.ScaleByLearningRate(0.1))
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
+    """
 
     b1: ScalarLike | None = 0.9
     b2: ScalarLike = 1.0
@@ -169,6 +198,7 @@ class SM3(AbstractOptimizer[SM3State]):
 
     $$\nu_k(i) = \min_{r} \mu_{k-1,r}(i_r) + g_k(i)^2, \qquad
       \mu_{k,r}(j) = \max_{i:\,i_r = j} \nu_k(i)$$
+
     $$m_k = \beta\,m_{k-1} + (1 - \beta)\,\frac{g_k}{\sqrt{\nu_k + \epsilon}}, \qquad
       u_k = -\eta_k\, m_k$$
 
@@ -189,9 +219,15 @@ class SM3(AbstractOptimizer[SM3State]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.SM3(0.1, momentum=0.9)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

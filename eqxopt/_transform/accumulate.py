@@ -34,6 +34,22 @@ class MultiStepsState(eqx.Module):
         leaf per param, in `accumulator_dtype` (default: the param's). After a
         boundary it still holds the window just applied; the next call replaces it.
     - `last_applied`: whether the last call applied an inner update.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.MultiSteps(eqxopt.SGD(0.1), every_k=2)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert state.mini_step == 1 and state.gradient_step == 0
+        state.acc_grads["w"]  # the grads accumulated so far
+        ```
     """
 
     mini_step: Int32[Array, ""]
@@ -85,11 +101,17 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.MultiSteps(eqxopt.Adam(1e-3), every_k=4)
-        state = opt.init(model)
-        for batch in micro_batches:
-            grads = eqx.filter_grad(loss)(model, batch)
-            model, state = opt.step(model, grads, state)  # moves every 4th call
+        state = opt.init(params)
+        for micro_batch in range(4):
+            params, state = opt.step(params, grads, state)  # moves on the 4th call
+        assert state.gradient_step == 1
         ```
     """
 

@@ -60,7 +60,15 @@ class AdaptiveGradClip(AbstractOptimizer[EmptyState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Chain(eqxopt.AdaptiveGradClip(0.01), eqxopt.SGD(0.1, 0.9))
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

@@ -14,7 +14,16 @@ class Chain(AbstractOptimizer[tuple]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Chain(eqxopt.ClipByGlobalNorm(1.0), eqxopt.Adam(1e-3))
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert isinstance(state[1], eqxopt.AdamState)  # a state per link
         ```
     """
 

@@ -14,7 +14,22 @@ from .._misc import (
 
 
 class Clip(AbstractOptimizer[EmptyState]):
-    r"""Clip every update element to $[-\delta, \delta]$. Matches `optax.clip`."""
+    r"""Clip every update element to $[-\delta, \delta]$. Matches `optax.clip`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(eqxopt.Clip(0.5), eqxopt.SGD(0.1))
+        updates, state = opt.update(grads, opt.init(params))
+        assert jnp.all(jnp.abs(updates["b"]) <= 0.1 * 0.5)  # each grad in [-0.5, 0.5]
+        ```
+    """
 
     max_delta: ScalarLike
 
@@ -46,6 +61,22 @@ class ClipByGlobalNorm(AbstractOptimizer[EmptyState]):
     $$u \mapsto u \cdot \min(1, c / \|u\|_2)$$
 
     with the norm taken over all leaves together. Matches `optax.clip_by_global_norm`.
+
+    !!! Example
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(eqxopt.ClipByGlobalNorm(1.0), eqxopt.SGD(1.0))
+        updates, state = opt.update(grads, opt.init(params))
+        norm = jnp.sqrt(sum(jnp.sum(u**2) for u in jax.tree.leaves(updates)))
+        assert norm <= 1.0 + 1e-6  # the norm over all leaves together
+        ```
     """
 
     max_norm: ScalarLike

@@ -28,7 +28,23 @@ from .._misc import (
 @typechecked
 class EMAState(eqx.Module):
     """State of [`eqxopt.EMA`][]: the step count and the moving average, one leaf per
-    param."""
+    param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.EMA(decay=0.9)
+        state = opt.init(params)
+        updates, state = opt.update(grads, state)
+        assert jnp.allclose(state.ema["b"], 0.1 * grads["b"])  # stored not debiased
+        ```
+    """
 
     count: Int32[Array, ""]
     ema: PyTree[Inexact[Array, "..."]]
@@ -38,12 +54,27 @@ class EMA(AbstractOptimizer[EMAState]):
     r"""Replace the updates by their exponential moving average.
 
     $$e_k = \beta\, e_{k-1} + (1-\beta)\, u_k, \qquad
-      u_k \mapsto e_k \ \bigl(\text{or } e_k / (1 - \beta^{k}) \text{ with
-      `debias`}\bigr)$$
+      u_k \mapsto e_k \ \bigl(\text{or } e_k / (1 - \beta^{k}) \text{ with }
+      \texttt{debias}\bigr)$$
 
     Matches `optax.ema` (`accumulator_dtype` is called `state_dtype` here). For a
     moving average of the *parameters* (to evaluate or checkpoint), see
     [`eqxopt.ParamsEMA`][].
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(eqxopt.EMA(decay=0.9), eqxopt.ScaleByLearningRate(0.1))
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # steps along the debiased average of the grads (momentum)
+        ```
     """
 
     decay: ScalarLike
@@ -75,7 +106,24 @@ class EMA(AbstractOptimizer[EMAState]):
 @typechecked
 class ParamsEMAState(eqx.Module, Generic[State]):
     """State of [`eqxopt.ParamsEMA`][]: the wrapped optimizer's state, the number of
-    updates averaged, and the moving average of the params, one leaf per param."""
+    updates averaged, and the moving average of the params, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.ParamsEMA(eqxopt.SGD(0.1), decay=0.9)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert state.count == 1
+        state.ema["w"]  # the average of the params, what `opt.eval_params` returns
+        ```
+    """
 
     inner_state: State
     count: Int32[Array, ""]
@@ -90,7 +138,7 @@ class ParamsEMA(AbstractOptimizer[ParamsEMAState]):
     average of the *new* params $p_{k+1} = p_k + u_k$ is
 
     $$e_{k+1} = \beta\, e_k + (1-\beta)\, p_{k+1}, \qquad
-      \bar p = e_{k+1} / (1 - \beta^{k+1}) \ \text{(with `debias`)}$$
+      \bar p = e_{k+1} / (1 - \beta^{k+1}) \ \text{(with }\texttt{debias}\text{)}$$
 
     starting from $e_0 = 0$, so with `debias=True` (default) the average is a proper
     weighted mean of the params seen so far, with no pull towards the initial params.
@@ -102,10 +150,16 @@ class ParamsEMA(AbstractOptimizer[ParamsEMAState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.ParamsEMA(eqxopt.AdamW(1e-3), decay=0.999)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
-        eval_model = opt.eval_params(state, model)   # the averaged weights
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        eval_params = opt.eval_params(state, params)  # the averaged weights
         ```
     """
 

@@ -103,7 +103,22 @@ def select(tree, mask, keep: bool = True):
 @typechecked
 class MaskedState(eqx.Module):
     """State of [`eqxopt.Masked`][]: the wrapped optimizer's state, which holds buffers
-    for the masked-in leaves only (`None` at the others)."""
+    for the masked-in leaves only (`None` at the others).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        opt = eqxopt.Masked(eqxopt.Adam(1e-3), mask=lambda p: p.ndim == 2)
+        state = opt.init(params)
+        assert state.inner_state.mu["w"].shape == (2, 3)
+        assert state.inner_state.mu["b"] is None  # no buffer for an unmasked leaf
+        ```
+    """
 
     inner_state: Any
 
@@ -126,8 +141,16 @@ class Masked(AbstractOptimizer[MaskedState]):
     !!! Example
 
         ```python
-        # Adam on the matrices; the other leaves' grads pass through unchanged.
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Masked(eqxopt.Adam(1e-3), mask=lambda p: p.ndim == 2)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # Adam on the matrix "w"; the grads of "b" pass through unchanged
         ```
     """
 
@@ -184,7 +207,24 @@ Masked.__init__.__doc__ = """**Arguments:**
 @typechecked
 class PartitionState(eqx.Module):
     """State of [`eqxopt.Partition`][]: one inner state per label, each holding
-    buffers for that group's leaves only."""
+    buffers for that group's leaves only.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        opt = eqxopt.Partition(
+            {"adam": eqxopt.Adam(1e-3), "sgd": eqxopt.SGD(1e-2)},
+            labels=lambda p: "adam" if p.ndim == 2 else "sgd",
+        )
+        state = opt.init(params)
+        assert state.inner_states["adam"].mu["b"] is None  # "b" is in the sgd group
+        ```
+    """
 
     inner_states: dict
 
@@ -216,10 +256,18 @@ class Partition(AbstractOptimizer[PartitionState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Partition(
             {"adam": eqxopt.Adam(1e-3), "sgd": eqxopt.SGD(1e-2)},
             labels=lambda p: "adam" if p.ndim == 2 else "sgd",
         )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
         ```
     """
 

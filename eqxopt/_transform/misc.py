@@ -24,7 +24,27 @@ def _floored(value, floor):
 class ScaleByParamBlockNorm(AbstractOptimizer[EmptyState]):
     r"""Scale each leaf's update by the Frobenius norm of that leaf's params:
     $u \mapsto u \cdot \max(\|p\|_F, s_{\min})$. Needs `params`. Matches
-    `optax.scale_by_param_block_norm`."""
+    `optax.scale_by_param_block_norm`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByAdam(),
+            eqxopt.ScaleByParamBlockNorm(),
+            eqxopt.ScaleByLearningRate(1e-3),
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # each leaf's step is relative to the norm of that leaf
+        ```
+    """
 
     min_scale: ScalarLike = 1e-3
 
@@ -50,7 +70,26 @@ class ScaleByParamBlockNorm(AbstractOptimizer[EmptyState]):
 class ScaleByParamBlockRms(AbstractOptimizer[EmptyState]):
     r"""Scale each leaf's update by the root mean square of that leaf's params:
     $u \mapsto u \cdot \max(\operatorname{rms}(p), s_{\min})$. Needs `params`. Matches
-    `optax.scale_by_param_block_rms`."""
+    `optax.scale_by_param_block_rms`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByAdam(),
+            eqxopt.ScaleByParamBlockRms(),
+            eqxopt.ScaleByLearningRate(1e-3),
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
+    """
 
     min_scale: ScalarLike = 1e-3
 
@@ -76,7 +115,23 @@ class ScaleByParamBlockRms(AbstractOptimizer[EmptyState]):
 class ClipByBlockRms(AbstractOptimizer[EmptyState]):
     r"""Clip each leaf's update to a root mean square of at most `threshold`:
     $u \mapsto u / \max(1, \operatorname{rms}(u) / c)$. Matches
-    `optax.clip_by_block_rms`."""
+    `optax.clip_by_block_rms`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(eqxopt.ClipByBlockRms(0.1), eqxopt.SGD(1.0))
+        updates, state = opt.update(grads, opt.init(params))
+        rms = jnp.sqrt(jnp.mean(updates["b"] ** 2))
+        assert rms <= 0.1 + 1e-6  # each leaf clipped to an RMS of at most 0.1
+        ```
+    """
 
     threshold: ScalarLike
 
@@ -103,7 +158,24 @@ class NormalizeByUpdateNorm(AbstractOptimizer[EmptyState]):
     r"""Normalise the updates by their global norm:
     $u \mapsto s\, u / (\|u\|_2 + \epsilon)$, the norm taken over all leaves together.
     With `scale_factor=-lr` this is normalised gradient descent. Matches
-    `optax.normalize_by_update_norm`."""
+    `optax.normalize_by_update_norm`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.NormalizeByUpdateNorm(), eqxopt.ScaleByLearningRate(0.1)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)  # a step of length 0.1
+        ```
+    """
 
     scale_factor: ScalarLike = 1.0
     eps: ScalarLike = 1e-6

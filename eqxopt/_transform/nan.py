@@ -96,7 +96,23 @@ def skip_or_apply(apply: Array, fn, grads, params, state, wrapper: str):
 @typechecked
 class ZeroNansState(eqx.Module):
     """State of [`eqxopt.ZeroNans`][]: one bool per param leaf, `True` if the grads of
-    that leaf contained a NaN at the last update."""
+    that leaf contained a NaN at the last update.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.ZeroNans()
+        bad = {"w": grads["w"].at[0, 0].set(jnp.nan), "b": grads["b"]}
+        updates, state = opt.update(bad, opt.init(params))
+        assert state.found_nan["w"] and not state.found_nan["b"]
+        ```
+    """
 
     found_nan: PyTree[Bool[Array, ""]]
 
@@ -116,7 +132,17 @@ class ZeroNans(AbstractOptimizer[ZeroNansState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.Chain(eqxopt.ZeroNans(), eqxopt.Adam(1e-3))
+        state = opt.init(params)
+        bad = {"w": grads["w"].at[0, 0].set(jnp.nan), "b": grads["b"]}
+        params, state = opt.step(params, bad, state)  # the NaN counts as a zero grad
+        assert state[0].found_nan["w"] and not jnp.isnan(params["w"]).any()
         ```
     """
 
@@ -148,6 +174,20 @@ class ApplyIfFiniteState(eqx.Module):
     - `last_finite`: whether the grads of the last update were all finite.
     - `total_notfinite`: every update with non-finite grads so far (never reset).
     - `inner_state`: the wrapped optimizer's state.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.ApplyIfFinite(eqxopt.Adam(1e-3), 5).init(params)
+        state.notfinite_count  # non-finite updates in a row (int32)
+        state.total_notfinite  # non-finite updates so far (int32)
+        assert isinstance(state.inner_state, eqxopt.AdamState)
+        ```
     """
 
     notfinite_count: Int32[Array, ""]
@@ -175,10 +215,17 @@ class ApplyIfFinite(AbstractOptimizer[ApplyIfFiniteState]):
     !!! Example
 
         ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
         opt = eqxopt.ApplyIfFinite(eqxopt.Adam(1e-3), max_consecutive_errors=5)
-        state = opt.init(model)
-        model, state = opt.step(model, grads, state)
-        skipped = state.total_notfinite
+        state = opt.init(params)
+        bad = {"w": jnp.full((2, 3), jnp.nan), "b": grads["b"]}
+        new_params, state = opt.step(params, bad, state)  # skipped: params unchanged
+        assert state.total_notfinite == 1 and jnp.all(new_params["w"] == params["w"])
         ```
     """
 

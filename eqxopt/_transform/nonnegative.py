@@ -17,7 +17,16 @@ class KeepParamsNonnegative(AbstractOptimizer[EmptyState]):
     !!! Example
 
         ```python
-        opt = eqxopt.Chain(eqxopt.Adam(1e-2), eqxopt.KeepParamsNonnegative())
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(eqxopt.SGD(1.0), eqxopt.KeepParamsNonnegative())
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert jnp.all(params["b"] >= 0)  # would be -1 without the projection
         ```
     """
 

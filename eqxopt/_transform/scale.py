@@ -14,7 +14,22 @@ from .._misc import (
 
 
 class Scale(AbstractOptimizer[EmptyState]):
-    r"""Multiply updates by a constant: $u \mapsto s\,u$. Matches `optax.scale`."""
+    r"""Multiply updates by a constant: $u \mapsto s\,u$. Matches `optax.scale`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(eqxopt.ScaleByAdam(), eqxopt.Scale(-1e-3))  # Adam, by hand
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
+    """
 
     step_size: ScalarLike
 
@@ -36,6 +51,20 @@ class ScaleByLearningRate(AbstractOptimizer[CountState]):
 
     $\eta$ may be a number, an array, or a schedule evaluated at the number of updates
     already applied. Matches `optax.scale_by_learning_rate`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.ScaleByLearningRate(0.1)  # plain gradient descent: u = -0.1 g
+        updates, state = opt.update(grads, opt.init(params))
+        assert jnp.allclose(updates["w"], -0.1 * grads["w"])
+        ```
     """
 
     learning_rate: ScalarOrSchedule

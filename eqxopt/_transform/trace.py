@@ -18,7 +18,23 @@ from .._misc import (
 
 @typechecked
 class TraceState(eqx.Module):
-    """State of [`eqxopt.Trace`][]: the momentum buffer, one leaf per param."""
+    """State of [`eqxopt.Trace`][]: the momentum buffer, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Trace(decay=0.9)
+        state = opt.init(params)
+        updates, state = opt.update(grads, state)
+        assert jnp.all(state.trace["w"] == grads["w"])  # t_1 = g_1
+        ```
+    """
 
     trace: PyTree[Inexact[Array, "..."]]
 
@@ -41,6 +57,23 @@ def momentum_step(g, t, decay, nesterov: bool):
 class Trace(AbstractOptimizer[TraceState]):
     r"""Momentum: $t_k = g_k + \mu\,t_{k-1}$; the update is $t_k$, or with Nesterov
     $g_k + \mu\,t_k$. Matches `optax.trace`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.Trace(decay=0.9, nesterov=True), eqxopt.ScaleByLearningRate(0.1)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # = eqxopt.SGD(0.1, momentum=0.9, nesterov=True)
+        ```
     """
 
     decay: ScalarLike

@@ -28,6 +28,25 @@ class AddDecayedWeights(AbstractOptimizer[CountState]):
     `mask` is a filter spec (as for `eqx.partition`): a PyTree prefix of the params with
     bools, or a per-leaf callable. `weight_decay` may be a schedule. Needs `params`.
     Matches `optax.add_decayed_weights`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.ScaleByAdam(),
+            eqxopt.AddDecayedWeights(1e-2, mask=lambda p: p.ndim > 1),
+            eqxopt.ScaleByLearningRate(1e-3),
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # AdamW: the decay is added before the learning rate
+        ```
     """
 
     weight_decay: ScalarOrSchedule = 0.0
