@@ -1,7 +1,8 @@
 """Run by test_no_x64.py in a subprocess with x64 OFF: every registry entry's state is
 stable for float16/bfloat16/float32 params (float32 and same-dtype grads), counters are
 int32, and (bfloat16 params, float32 grads, compiled) a jitted step traces once.
-Prints one line per failure, then a summary."""
+Prints one line per failure, then a summary. With arguments `SHARD NUM_SHARDS`, checks
+only every NUM_SHARDS-th case from SHARD on (so that test workers share the work)."""
 
 import os
 import sys
@@ -19,8 +20,10 @@ from tests.helpers import CASES  # noqa: E402
 from tests.test_properties import check_state_properties  # noqa: E402
 
 
+shard, num_shards = (int(a) for a in sys.argv[1:3]) if len(sys.argv) > 2 else (0, 1)
+cases = CASES[shard::num_shards]
 failures = 0
-for case in CASES:
+for case in cases:
     for dtype_name in ("float16", "bfloat16", "float32"):
         for grad_dtype in ("same", "float32"):
             try:
@@ -33,5 +36,5 @@ for case in CASES:
                 print(
                     f"FAIL {case.id} {dtype_name} {grad_dtype}: {type(e).__name__}: {e}"
                 )
-print(f"{failures} failures over {len(CASES)} cases")
+print(f"{failures} failures over {len(cases)} cases")
 sys.exit(1 if failures else 0)

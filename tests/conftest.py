@@ -11,8 +11,9 @@ _flags = (
     "--xla_llvm_disable_expensive_passes=true",
 )
 for _flag in _flags:
-    if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+    _set = os.environ.get("XLA_FLAGS", "")
+    if _flag.split("=")[0] not in _set:
+        os.environ["XLA_FLAGS"] = (_set + " " + _flag).strip()
 
 import jax
 import jax.random as jr

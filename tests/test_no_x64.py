@@ -4,12 +4,22 @@ import os
 import subprocess
 import sys
 
+import pytest
 
-def test_registry_state_is_stable_without_x64():
+
+SHARDS = 2  # separate subprocesses, so that the test workers share them
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+def test_registry_state_is_stable_without_x64(shard):
     env = dict(os.environ, JAX_ENABLE_X64="0")
     script = os.path.join(os.path.dirname(__file__), "_no_x64_check.py")
     result = subprocess.run(
-        [sys.executable, script], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, script, str(shard), str(SHARDS)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     assert result.stdout.splitlines()[-1].startswith("0 failures")
