@@ -3,16 +3,17 @@
 import abc
 import functools as ft
 import os
-from typing import Any, Generic
+from typing import Any, ClassVar, Generic
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Int32
 
 from ._custom_types import Params, State, Updates
-from ._misc import scalar_hyperparams, typechecked
+from ._misc import scalar_hyperparams, tree_map, typechecked
 
 
 class StateDriftError(TypeError):
@@ -239,10 +240,31 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
         """Turn `grads` into updates to be *added* to the params, and a new state with
         exactly the structure and dtypes of `state`."""
 
+    # State fields (trees mirroring the params) that `step` writes after the new
+    # params. When a state buffer is read both by the update and by its own new value
+    # (or its new value is a plain copy of the grads), XLA on CPU copies the donated
+    # buffer before overwriting it; adding an exact zero computed from the new params
+    # orders the write after the params' update, so XLA writes it in place. The new
+    # state equals `update`'s (a `-0.0` may become `+0.0`). Leaves under 4096 elements
+    # are left alone: their copies cost nothing measurable, while every ordered leaf
+    # adds trace and compile time.
+    _write_after_params: ClassVar[tuple[str, ...]] = ()
+
     def step(self, model: Params, grads: Updates, state: State, **extra):
         """`update`, then `eqx.apply_updates`: returns `(new_model, new_state)`."""
         updates, state = self.update(grads, state, model, **extra)
-        return eqx.apply_updates(model, updates), state
+        model = eqx.apply_updates(model, updates)
+
+        def _order(s, p):
+            if not eqx.is_inexact_array(p) or p.shape != s.shape or p.size < 4096:
+                return s
+            return s + jnp.where(jnp.isfinite(p), p * 0, 0).astype(s.dtype)
+
+        for field in self._write_after_params:
+            buffers = getattr(state, field)
+            new = tree_map(_order, buffers, model, names=(field, "params"))
+            state = eqx.tree_at(lambda s: getattr(s, field), state, new)
+        return model, state
 
     def hyperparams(self, state: State) -> dict[str, Any]:
         """The value of every scalar hyperparameter the next update will use (schedules

@@ -222,32 +222,6 @@ def descent(learning_rate, weight_decay=0.0):
     return finish
 
 
-def ordered_step(opt, model, grads, state, fields: tuple[str, ...], **extra):
-    """`opt.update`, then `eqx.apply_updates`, with the state leaves of `fields`
-    (trees mirroring the params) computed after the new params.
-
-    When a state buffer is read both by the update and by its own new value (or its
-    new value is a plain copy of the grads), XLA on CPU copies the donated buffer
-    before overwriting it. Adding an exact zero computed from the new params orders
-    the state write after the params' update, so XLA writes it in place (the trick of
-    `Lion.step`). The new state equals `update`'s (a `-0.0` may become `+0.0`).
-    Leaves under 4096 elements are left alone: their copies cost nothing measurable,
-    while every ordered leaf adds trace and compile time."""
-    updates, state = opt.update(grads, state, model, **extra)
-    model = eqx.apply_updates(model, updates)
-
-    def _order(s, p):
-        if not eqx.is_inexact_array(p) or p.shape != s.shape or p.size < 4096:
-            return s
-        zero = jnp.where(jnp.isfinite(p), p * 0, 0).astype(s.dtype)
-        return s + zero
-
-    for field in fields:
-        new = tree_map(_order, getattr(state, field), model, names=(field, "params"))
-        state = eqx.tree_at(lambda s: getattr(s, field), state, new)
-    return model, state
-
-
 def _adam(opt, grads, state: AdamState, params, leaf_update=None, mask=None):
     r"""Shared Adam step. `leaf_update(direction, g, p, m)` maps the bias-corrected
     direction $\hat m / (\sqrt{\hat v + \epsilon_{root}} + \epsilon)$ (in the

@@ -22,7 +22,6 @@ from .._misc import (
     zeros_like,
 )
 from .._transform.weight_decay import decay_mask
-from .adam import ordered_step
 
 
 @typechecked
@@ -240,10 +239,7 @@ class AdaN(AbstractOptimizer[AdaNState]):
 
         return _adan(self, grads, state, params, _leaf_update, mask)
 
-    def step(self, model: Params, grads: Updates, state: AdaNState, **extra):
-        """`update`, then `eqx.apply_updates`, with the new `prev_grad` written after
-        the params, so that a donated state is updated in place (no copies)."""
-        return ordered_step(self, model, grads, state, ("prev_grad",), **extra)
+    _write_after_params = ("prev_grad",)  # see `AbstractOptimizer.step`
 
 
 _ARGS = r"""- `b1`: decay rate of the gradient EMA $m$, in `[0, 1)`.

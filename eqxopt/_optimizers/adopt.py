@@ -23,7 +23,6 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .adam import ordered_step
 
 
 def quarter_power(count: Array) -> Array:
@@ -164,10 +163,7 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
         )
         return updates, ADOPTState(increment(state.count), mu, nu)
 
-    def step(self, model: Params, grads: Updates, state: ADOPTState, **extra):
-        """`update`, then `eqx.apply_updates`, with the new `nu` written after the
-        params, so that a donated state is updated in place (no copies)."""
-        return ordered_step(self, model, grads, state, ("nu",), **extra)
+    _write_after_params = ("nu",)  # see `AbstractOptimizer.step`
 
 
 ADOPT.__init__.__doc__ = r"""**Arguments:**

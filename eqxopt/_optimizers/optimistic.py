@@ -21,7 +21,6 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .adam import ordered_step
 
 
 @typechecked
@@ -167,12 +166,7 @@ class OptimisticGradientDescent(AbstractOptimizer[OptimisticGradientState]):
         lr = resolve(self.learning_rate, state.count)
         return _optimistic(self, grads, state, params, lr)
 
-    def step(
-        self, model: Params, grads: Updates, state: OptimisticGradientState, **extra
-    ):
-        """`update`, then `eqx.apply_updates`, with the new `previous` written after
-        the params, so that a donated state is updated in place (no copies)."""
-        return ordered_step(self, model, grads, state, ("previous",), **extra)
+    _write_after_params = ("previous",)  # see `AbstractOptimizer.step`
 
 
 @typechecked
@@ -306,10 +300,7 @@ class OptimisticAdam(AbstractOptimizer[OptimisticAdamState]):
         )
         return updates, OptimisticAdamState(count, mu, nu, previous)
 
-    def step(self, model: Params, grads: Updates, state: OptimisticAdamState, **extra):
-        """`update`, then `eqx.apply_updates`, with the new `previous` written after the
-        params, so that a donated state is updated in place (no copies)."""
-        return ordered_step(self, model, grads, state, ("previous",), **extra)
+    _write_after_params = ("previous",)  # see `AbstractOptimizer.step`
 
 
 ScaleByOptimisticGradient.__init__.__doc__ = r"""**Arguments:**

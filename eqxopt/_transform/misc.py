@@ -21,6 +21,21 @@ def _floored(value, floor):
     return jnp.where(value <= floor, floor, value)
 
 
+def _scale_by_param_block(opt, grads, params, reduce):
+    """`g * max(sqrt(reduce(|p|^2)), min_scale)` per leaf: the block norm (`jnp.sum`)
+    or the block RMS (`jnp.mean`) of that leaf's params."""
+    if params is None:
+        raise ValueError(f"`{type(opt).__name__}.update` needs `params`.")
+
+    def _leaf(g, p):
+        dtype = compute_dtype(g.dtype, p.dtype)
+        size = jnp.sqrt(reduce(abs_sq(p.astype(dtype))))
+        scale = _floored(size, scalar(opt.min_scale, dtype))
+        return (g.astype(dtype) * scale).astype(out_dtype(g, p))
+
+    return tree_map(_leaf, grads, params, names=("grads", "params"))
+
+
 class ScaleByParamBlockNorm(AbstractOptimizer[EmptyState]):
     r"""Scale each leaf's update by the Frobenius norm of that leaf's params:
     $u \mapsto u \cdot \max(\|p\|_F, s_{\min})$. Needs `params`. Matches
@@ -55,16 +70,7 @@ class ScaleByParamBlockNorm(AbstractOptimizer[EmptyState]):
         return EmptyState()
 
     def update(self, grads: Updates, state: EmptyState, params=None, **extra):
-        if params is None:
-            raise ValueError("`ScaleByParamBlockNorm.update` needs `params`.")
-
-        def _leaf(g, p):
-            dtype = compute_dtype(g.dtype, p.dtype)
-            norm = jnp.sqrt(jnp.sum(abs_sq(p.astype(dtype))))
-            scale = _floored(norm, scalar(self.min_scale, dtype))
-            return (g.astype(dtype) * scale).astype(out_dtype(g, p))
-
-        return tree_map(_leaf, grads, params, names=("grads", "params")), state
+        return _scale_by_param_block(self, grads, params, jnp.sum), state
 
 
 class ScaleByParamBlockRms(AbstractOptimizer[EmptyState]):
@@ -100,16 +106,7 @@ class ScaleByParamBlockRms(AbstractOptimizer[EmptyState]):
         return EmptyState()
 
     def update(self, grads: Updates, state: EmptyState, params=None, **extra):
-        if params is None:
-            raise ValueError("`ScaleByParamBlockRms.update` needs `params`.")
-
-        def _leaf(g, p):
-            dtype = compute_dtype(g.dtype, p.dtype)
-            rms = jnp.sqrt(jnp.mean(abs_sq(p.astype(dtype))))
-            scale = _floored(rms, scalar(self.min_scale, dtype))
-            return (g.astype(dtype) * scale).astype(out_dtype(g, p))
-
-        return tree_map(_leaf, grads, params, names=("grads", "params")), state
+        return _scale_by_param_block(self, grads, params, jnp.mean), state
 
 
 class ClipByBlockRms(AbstractOptimizer[EmptyState]):
