@@ -1,8 +1,19 @@
-"""The optimizer protocol and the one state-drift check behind API.md rule 5."""
+"""The optimizer protocol and the one state-drift check behind API.md rule 5.
+
+How a drift's path is found: every concrete `init`, `update` and `step` is wrapped once,
+when its class is defined. The wrapper of the call that returned the drifted state
+raises a `StateDriftError` whose path is relative to that call's own state. A wrapper
+optimizer calls each child through [`eqxopt.child_update`][], which knows where the
+child's state sits (`.inner_state`, `[1]`, `['adam']`) and prefixes it; nothing is
+searched for. The outermost call re-raises the error under its own name.
+"""
 
 import abc
+import dataclasses
 import functools as ft
 import os
+import threading
+import typing
 from typing import Any, ClassVar, Generic
 
 import equinox as eqx
@@ -12,8 +23,9 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Int32
 
+from ._checks import check_scalar_fields
 from ._custom_types import Params, State, Updates
-from ._misc import scalar_hyperparams, tree_map, typechecked
+from ._misc import STATE_CLASSES, tree_map, typechecked
 
 
 class StateDriftError(TypeError):
@@ -54,27 +66,62 @@ class StateDriftError(TypeError):
     """
 
     def __init__(
-        self, optimizer: str, path: str, expected: str, got: str, culprit: str
+        self,
+        optimizer: str,
+        path: str,
+        expected: str,
+        got: str,
+        culprit: str,
+        method: str = "update",
     ):
         self.optimizer = optimizer
         self.path = path
         self.expected = expected
         self.got = got
         self.culprit = culprit
-        raised_by = (
-            "" if culprit == optimizer else f" (raised inside `{culprit}.update`)"
+        self.method = method
+        if method == "init":
+            message = (
+                f"`{optimizer}.init` returned a state whose leaf `state{path}` is "
+                f"{got}, not {expected}. States hold only JAX arrays of fixed dtype "
+                "and no weak types (build them as `jnp.zeros((), jnp.int32)`, not "
+                "`jnp.asarray(0)` or a Python number), so that `init`'s state and "
+                "`update`'s have the same types and a jitted step compiles once."
+            )
+        else:
+            raised_by = (
+                "" if culprit == optimizer else f" (raised inside `{culprit}.{method}`)"
+            )
+            message = (
+                f"`{optimizer}.{method}` returned a state that drifted at "
+                f"`state{path}`: it was {expected}, it came back {got}{raised_by}. "
+                "Every `update` must return a state with exactly the tree structure, "
+                "shapes, dtypes and weak types of the state it was given, so that the "
+                "state can be a `lax.scan` carry or a `lax.cond` branch output and a "
+                "jitted step compiles once. Cast the new leaf back "
+                "(`new.astype(old.dtype)`), or set EQXOPT_CHECK_STATE=0 to switch this "
+                "check off."
+            )
+        super().__init__(message)
+        # Where `path` starts: at the state of the call that raised this error (the
+        # default), at the state of the wrapper that called it through `child_update`
+        # (`_located`), or somewhere no caller can place (`_lost`: a child was called
+        # without `child_update`).
+        self._located = False
+        self._lost = False
+        self._raised_on: Any = None  # the optimizer whose `update` found the drift
+
+    def _replace(self, **changes) -> "StateDriftError":
+        fields = dict(
+            optimizer=self.optimizer,
+            path=self.path,
+            expected=self.expected,
+            got=self.got,
+            culprit=self.culprit,
+            method=self.method,
         )
-        super().__init__(
-            f"`{optimizer}.update` returned a state that drifted at `state{path}`: "
-            f"it was {expected}, it came back {got}{raised_by}. Every `update` must "
-            "return a state with exactly the tree structure, shapes, dtypes and weak "
-            "types of the state it was given, so that the state can be a `lax.scan` "
-            "carry or a `lax.cond` branch output and a jitted step compiles once. Cast "
-            "the new leaf back (`new.astype(old.dtype)`), or set EQXOPT_CHECK_STATE=0 "
-            "to switch this check off."
-        )
-        # Kept to locate this state inside an enclosing optimizer's state.
-        self._state: Any = None
+        fields.update(changes)
+        return StateDriftError(**fields)
 
 
 def check_enabled() -> bool:
@@ -87,18 +134,20 @@ def check_enabled() -> bool:
 
 
 def describe(x) -> str:
-    """`float32[3]`, `~float32[]` (weakly typed), `bool[2,2]`, or a Python type."""
+    """`float32[3]`, `~float32[]` (weakly typed), `key<fry>[]`, `bool[2,2]`, or a
+    Python type."""
     if isinstance(x, (jax.Array, np.ndarray, np.generic)):
         x = jax.typeof(x)
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         weak = "~" if getattr(x, "weak_type", False) else ""
-        return f"{weak}{np.dtype(x.dtype).name}[{','.join(map(str, x.shape))}]"
+        dtype = x.dtype
+        name = (
+            str(dtype)
+            if jnp.issubdtype(dtype, jax.dtypes.extended)
+            else np.dtype(dtype).name
+        )
+        return f"{weak}{name}[{','.join(map(str, x.shape))}]"
     return f"a Python {type(x).__name__} ({x!r})"
-
-
-def _signature(tree):
-    leaves, treedef = jtu.tree_flatten(tree)
-    return treedef, tuple(describe(x) for x in leaves)
 
 
 def first_drift(before, after) -> tuple[str, str, str] | None:
@@ -123,60 +172,215 @@ def first_drift(before, after) -> tuple[str, str, str] | None:
     return None
 
 
-def _locate(outer, inner) -> str | None:
-    """The path of a subtree of `outer` that is, or looks exactly like, `inner`.
+def _init_problem(state) -> tuple[str, str, str] | None:
+    """The first leaf of a fresh state that is not a strongly typed array."""
+    for path, leaf in jtu.tree_flatten_with_path(state)[0]:
+        got = describe(leaf)
+        if not isinstance(
+            leaf, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)
+        ):
+            return jtu.keystr(path), "a JAX array", got
+        if got.startswith("~"):
+            return jtu.keystr(path), got[1:], got
+    return None
 
-    A wrapper may hand its child a rebuilt copy of the child's state (e.g. inside a
-    `lax.cond` branch), so after identity, subtrees are matched by structure and avals.
+
+# The calls in progress on this thread, as `(id(optimizer), method)`: a call whose
+# optimizer and method are already innermost is an override's `super().update(...)`,
+# which is not checked on its own (the override may repair the state it returns).
+_active = threading.local()
+
+
+def _stack() -> list:
+    if not hasattr(_active, "calls"):
+        _active.calls = []
+    return _active.calls
+
+
+def child_update(
+    child: "AbstractOptimizer",
+    path: str,
+    grads: Updates,
+    state: Any,
+    params: Params | None = None,
+    **extra,
+) -> tuple[Updates, Any]:
+    """Call `child.update(grads, state, params, **extra)` from inside a wrapper.
+
+    `path` is where the child's state sits inside the wrapper's state, in
+    `jax.tree_util.keystr` form (`".inner_state"`, `"[1]"`, `".inner_states['adam']"`).
+    A [`eqxopt.StateDriftError`][] raised by the child is re-raised with the path
+    prefixed, so the error the user sees names the leaf from the outermost state.
+    Every built-in wrapper calls its children this way; a user-written wrapper should
+    too (one that calls `child.update` directly still gets the error, with the path
+    inside the child's state).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        class Twice(eqxopt.AbstractOptimizer):  # apply `inner` twice per call
+            inner: eqxopt.AbstractOptimizer
+
+            def init(self, params):
+                return self.inner.init(params)
+
+            def update(self, grads, state, params=None, **extra):
+                for _ in range(2):
+                    grads, state = eqxopt.child_update(
+                        self.inner, "", grads, state, params, **extra
+                    )
+                return grads, state
+
+
+        params = {"w": jnp.ones(3)}
+        opt = Twice(eqxopt.SGD(0.1))
+        params, state = opt.step(params, {"w": jnp.ones(3)}, opt.init(params))
+        assert jnp.allclose(params["w"], 1 + 0.1 * 0.1)  # -0.1 * (-0.1 * grad)
+        ```
     """
-    target = _signature(inner)
-    found: list[str] = []
-
-    def walk(node, path):
-        if node is inner:
-            found.insert(0, path)
-            return
-        if _signature(node) == target:
-            found.append(path)
-            return
-        children = jtu.tree_flatten_with_path(node, is_leaf=lambda x: x is not node)[0]
-        if len(children) == 1 and children[0][1] is node:
-            return
-        for p, child in children:
-            walk(child, path + jtu.keystr(p))
-
-    walk(outer, "")
-    return found[0] if found else None
+    try:
+        return child.update(grads, state, params, **extra)
+    except StateDriftError as e:
+        if e._lost:
+            raise
+        err = e._replace(path=path + e.path)
+        err._located = True
+        raise err from None
 
 
-def _checked(update):
-    """Wrap a concrete `update` with the drift check (API.md rule 5)."""
+def _reraise(self, e: StateDriftError, method: str) -> typing.NoReturn:
+    """Re-raise a drift found inside the call `self.method` under that call's name."""
+    name = type(self).__name__
+    if e._located or e._raised_on is self:  # e.g. the base `step`'s own `update`
+        err = e._replace(optimizer=name, method=method)
+        err._raised_on = self  # its path now starts at `self`'s state
+        raise err from None
+    # The child was called without `child_update`: its path is inside the child's
+    # state, and nothing above can place it.
+    e._lost = True
+    raise e
 
-    @ft.wraps(update)
-    def checked_update(self, grads, state, params=None, **extra):
-        try:
-            updates, new_state = update(self, grads, state, params, **extra)
-        except StateDriftError as e:
-            # A child drifted: prefix the path with where its state sits in ours.
-            prefix = _locate(state, e._state) if e._state is not None else None
-            if prefix is None:
-                raise
-            err = StateDriftError(
-                type(self).__name__, prefix + e.path, e.expected, e.got, e.culprit
-            )
-            err._state = state
-            raise err from None
-        if check_enabled():
-            drift = first_drift(state, new_state)
-            if drift is not None:
-                name = type(self).__name__
-                err = StateDriftError(name, *drift, culprit=name)
-                err._state = state
-                raise err
-        return updates, new_state
 
-    checked_update._eqxopt_checked = True  # pyright: ignore
-    return checked_update
+def _state_type(cls) -> type | None:
+    """The state class `cls` declares (`AbstractOptimizer[AdamState]`), if any."""
+    for klass in cls.__mro__:
+        for base in getattr(klass, "__orig_bases__", ()):
+            origin = typing.get_origin(base)
+            if isinstance(origin, type) and issubclass(origin, AbstractOptimizer):
+                (arg,) = typing.get_args(base) or (None,)
+                arg = typing.get_origin(arg) or arg
+                if arg is Any or not isinstance(arg, type):
+                    return None  # `AbstractOptimizer[Any]`, or a TypeVar
+                return arg
+    return None
+
+
+def _check_arguments(opt, grads, state) -> None:
+    """Trace-time check of `update`'s arguments: grads and state in the right order.
+    (Grads of the wrong shape are named by `tree_map`, where they meet the params or
+    a state buffer: per-example grads, as `DPSGD` takes, may differ from the params.)"""
+    name = type(opt).__name__
+    if isinstance(grads, eqx.Module) and type(grads) in STATE_CLASSES:
+        raise TypeError(
+            f"`{name}.update(grads, state, params)` got a `{type(grads).__name__}` as "
+            "`grads`: that is an optimizer state. Were `grads` and `state` passed in "
+            "the wrong order?"
+        )
+    expected = _state_type(type(opt))
+    if expected is not None and not isinstance(state, expected):
+        swapped = " Were `grads` and `state` passed in the wrong order?" * (
+            isinstance(grads, expected)
+        )
+        raise TypeError(
+            f"`{name}.update(grads, state, params)` expects as `state` a "
+            f"`{expected.__name__}` (what `{name}.init` returns), got a "
+            f"`{type(state).__name__}`.{swapped}"
+        )
+
+
+def _checked(method: str, fn):
+    """Wrap a concrete `init`, `update` or `step` with the state checks (API.md rules
+    5 and 8)."""
+
+    def _enter(self) -> bool:
+        key = (id(self), method)
+        stack = _stack()
+        if stack and stack[-1] == key:
+            return False  # `super().update(...)` inside an override
+        stack.append(key)
+        return True
+
+    if method == "init":
+
+        @ft.wraps(fn)
+        def checked_init(self, params):
+            if not _enter(self):
+                return fn(self, params)
+            try:
+                state = fn(self, params)
+            finally:
+                _stack().pop()
+            if check_enabled():
+                problem = _init_problem(state)
+                if problem is not None:
+                    name = type(self).__name__
+                    raise StateDriftError(name, *problem, culprit=name, method="init")
+            return state
+
+        wrapped = checked_init
+
+    elif method == "update":
+
+        @ft.wraps(fn)
+        def checked_update(self, grads, state, params=None, **extra):
+            if not _enter(self):
+                return fn(self, grads, state, params, **extra)
+            name = type(self).__name__
+            try:
+                _check_arguments(self, grads, state)
+                updates, new_state = fn(self, grads, state, params, **extra)
+            except StateDriftError as e:
+                _reraise(self, e, method)
+            finally:
+                _stack().pop()
+            if check_enabled():
+                drift = first_drift(state, new_state)
+                if drift is not None:
+                    err = StateDriftError(name, *drift, culprit=name, method=method)
+                    err._raised_on = self
+                    raise err
+            return updates, new_state
+
+        wrapped = checked_update
+
+    else:
+
+        @ft.wraps(fn)
+        def checked_step(self, model, grads, state, **extra):
+            if not _enter(self):
+                return fn(self, model, grads, state, **extra)
+            name = type(self).__name__
+            try:
+                new_model, new_state = fn(self, model, grads, state, **extra)
+            except StateDriftError as e:
+                _reraise(self, e, method)
+            finally:
+                _stack().pop()
+            if check_enabled():
+                drift = first_drift(state, new_state)
+                if drift is not None:
+                    raise StateDriftError(name, *drift, culprit=name, method=method)
+            return new_model, new_state
+
+        wrapped = checked_step
+
+    wrapped._eqxopt_checked = True  # pyright: ignore[reportAttributeAccessIssue]
+    return wrapped
 
 
 class AbstractOptimizer(eqx.Module, Generic[State]):
@@ -219,14 +423,20 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        update = cls.__dict__.get("update")
-        if (
-            update is not None
-            and callable(update)
-            and not getattr(update, "__isabstractmethod__", False)
-            and not getattr(update, "_eqxopt_checked", False)
-        ):
-            cls.update = _checked(update)  # pyright: ignore
+        for method in ("init", "update", "step"):
+            fn = cls.__dict__.get(method)
+            if (
+                fn is not None
+                and callable(fn)
+                and not getattr(fn, "__isabstractmethod__", False)
+                and not getattr(fn, "_eqxopt_checked", False)
+            ):
+                setattr(cls, method, _checked(method, fn))
+
+    def __check_init__(self):
+        # Every field annotated as a scalar hyperparameter must be a real scalar or a
+        # schedule (API.md section 1); ranges are checked by each class.
+        check_scalar_fields(self)
 
     @abc.abstractmethod
     def init(self, params: Params) -> State:
@@ -250,7 +460,9 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
     # adds trace and compile time.
     _write_after_params: ClassVar[tuple[str, ...]] = ()
 
-    def step(self, model: Params, grads: Updates, state: State, **extra):
+    def step(
+        self, model: Params, grads: Updates, state: State, **extra
+    ) -> tuple[Params, State]:
         """`update`, then `eqx.apply_updates`: returns `(new_model, new_state)`."""
         updates, state = self.update(grads, state, model, **extra)
         model = eqx.apply_updates(model, updates)
@@ -270,6 +482,42 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
         """The value of every scalar hyperparameter the next update will use (schedules
         evaluated at the state's step count), keyed by field name."""
         return scalar_hyperparams(self, getattr(state, "count", None))
+
+
+# The base `step` is checked too (an override of it is wrapped in `__init_subclass__`).
+AbstractOptimizer.step = _checked("step", AbstractOptimizer.step)  # pyright: ignore
+
+
+def scalar_hyperparams(opt, count: Array | None) -> dict[str, Any]:
+    """The current value of every scalar hyperparameter field of `opt`.
+
+    A field counts when it holds a number, a 0-d array or a schedule; static fields,
+    filter specs and child optimizers do not. Schedules are evaluated at `count`.
+    """
+    out = {}
+    for field in dataclasses.fields(opt):
+        if field.metadata.get("static") or field.metadata.get("eqxopt_filter_spec"):
+            continue
+        value = getattr(opt, field.name)
+        if value is None or isinstance(value, (bool, AbstractOptimizer)):
+            continue
+        if isinstance(value, (int, float)):
+            out[field.name] = value
+        elif isinstance(value, (jax.Array, np.ndarray)) and np.ndim(value) == 0:
+            out[field.name] = value
+        elif callable(value) and not isinstance(value, type):
+            if count is not None:
+                out[field.name] = value(count)
+    return out
+
+
+def check_optimizer(wrapper: str, name: str, value) -> None:
+    """`ValueError` unless `value` is an eqxopt optimizer (shared by the wrappers)."""
+    if not isinstance(value, AbstractOptimizer):
+        raise ValueError(
+            f"`{wrapper}({name}=...)` must be an eqxopt optimizer, got "
+            f"{type(value).__name__}. Wrap Optax transforms with `eqxopt.from_optax`."
+        )
 
 
 @typechecked

@@ -5,13 +5,13 @@ to `None`, and arithmetic runs in at least float32 while buffers keep their decl
 dtype (API.md, section 2).
 """
 
-import dataclasses
 import functools as ft
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
@@ -21,9 +21,16 @@ from jaxtyping import Array, ArrayLike, Int32, jaxtyped
 from ._custom_types import FilterSpec, ScalarOrSchedule
 
 
-# Every state class is decorated with this: its jaxtyping annotations are checked by
-# beartype whenever a state is built, i.e. at trace time under `jit`.
-typechecked = jaxtyped(typechecker=beartype)
+# Every state class of eqxopt: used to tell a state passed where grads belong.
+STATE_CLASSES: set[type] = set()
+
+
+def typechecked(cls):
+    """Decorate every state class with this: its jaxtyping annotations are checked by
+    beartype whenever a state is built, i.e. at trace time under `jit`."""
+    out = jaxtyped(typechecker=beartype)(cls)
+    STATE_CLASSES.add(out)
+    return out
 
 
 def is_none(x: Any) -> bool:
@@ -92,12 +99,26 @@ def tree_map(f: Callable, tree, *rest, names: Sequence[str] | None = None):
                 )
         filled.append(other)
 
-    def _apply(x, *xs):
+    # Trees that mirror the params leaf for leaf must match them in shape too.
+    mirrors = [
+        i for i, name in enumerate(names[1:]) if name.startswith(("params", "state."))
+    ]
+
+    def _apply(path, x, *xs):
         if not is_param(x):
             return None
+        for i in mirrors:
+            y = xs[i]
+            if is_param(y) and y.shape != x.shape:
+                where = jtu.keystr(path)
+                raise ValueError(
+                    f"eqxopt: `{names[0]}{where}` has shape {x.shape}, but "
+                    f"`{names[i + 1]}{where}` has shape {y.shape}. Pass grads of the "
+                    "params' shapes (the params the state was initialised with)."
+                )
         return f(x, *xs)
 
-    return jtu.tree_map(_apply, tree, *filled, is_leaf=is_none)
+    return jtu.tree_map_with_path(_apply, tree, *filled, is_leaf=is_none)
 
 
 def _strip(tree):
@@ -258,21 +279,23 @@ def abs_sq(x: Array) -> Array:
 # --- filter specs (masks, labels): Equinox's convention, as in `eqx.partition` -------
 
 
-def resolve_filter_spec(spec: FilterSpec, params, *, what: str):
-    """Broadcast a filter spec to a full tree of values, one per param leaf.
+def resolve_filter_spec(spec: FilterSpec, params, *, what: str, bools: bool = False):
+    """The one resolver of filter specs (masks, labels, weight-decay masks, Muon's
+    routing): a tree with the structure of `params` holding one value per optimised
+    leaf, and `None` at every other leaf.
 
     `spec` is a PyTree prefix of `params` whose leaves are values or callables applied
     to each param leaf below them; a bare callable is a per-leaf predicate. An
-    `eqx.Module` is a tree and is never called. Leaves that are not optimised (not
-    inexact arrays) get `None`, and callables are never applied to them.
+    `eqx.Module` is a tree and is never called. Callables are applied to optimised
+    leaves (inexact arrays) only, so `lambda p: p.ndim == 2` never meets a model's
+    activation function. With `bools=True` every value must be a concrete bool (a
+    Python or NumPy bool, or a 0-d concrete bool array), never a traced one.
     """
 
     def _is_spec_leaf(x):
         return callable(x) and not isinstance(x, eqx.Module) or not _is_container(x)
 
     def _broadcast(sub_spec, sub_params):
-        # Only optimised leaves (inexact arrays) get a value; callables are applied to
-        # those alone, so `lambda p: p.ndim == 2` never meets an activation function.
         if callable(sub_spec) and not isinstance(sub_spec, eqx.Module):
             fn = lambda p: sub_spec(p) if is_param(p) else None
         else:
@@ -280,7 +303,7 @@ def resolve_filter_spec(spec: FilterSpec, params, *, what: str):
         return jtu.tree_map(fn, sub_params, is_leaf=is_none)
 
     try:
-        return jtu.tree_map(_broadcast, spec, params, is_leaf=_is_spec_leaf)
+        values = jtu.tree_map(_broadcast, spec, params, is_leaf=_is_spec_leaf)
     except ValueError as e:
         raise ValueError(
             f"eqxopt: the {what} must be a PyTree prefix of the params (as a filter "
@@ -288,6 +311,30 @@ def resolve_filter_spec(spec: FilterSpec, params, *, what: str):
             f"structure\n  {jtu.tree_structure(spec, is_leaf=_is_spec_leaf)}\ndoes "
             f"not fit the params'\n  {jtu.tree_structure(params, is_leaf=is_none)}"
         ) from e
+    if not bools:
+        return values
+
+    def _as_bool(path, p, v):
+        if not is_param(p):
+            return None
+        if isinstance(v, (bool, np.bool_)):
+            return bool(v)
+        traced = isinstance(v, jax.core.Tracer)
+        if isinstance(v, (jax.Array, np.ndarray)) and not traced:
+            if np.shape(v) == () and np.asarray(v).dtype == np.bool_:
+                return bool(v)
+        hint = (
+            " It is a traced array: decide the mask from static information (shapes, "
+            "dtypes, the tree), not from values, and keep its leaves Python bools."
+            if traced
+            else ""
+        )
+        raise ValueError(
+            f"eqxopt: the {what} must give one bool per param leaf, but at "
+            f"`params{jtu.keystr(path)}` it gives {v!r}.{hint}"
+        )
+
+    return jtu.tree_map_with_path(_as_bool, params, values, is_leaf=is_none)
 
 
 def _is_container(x) -> bool:
@@ -297,94 +344,6 @@ def _is_container(x) -> bool:
 def mask_field(**kwargs):
     """A dataclass field that holds a filter spec, not a hyperparameter."""
     return eqx.field(metadata={"eqxopt_filter_spec": True}, **kwargs)
-
-
-# --- hyperparameter validation (concrete Python/NumPy numbers only) ------------------
-
-
-def _concrete(value) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, (np.ndarray, np.generic)) and np.ndim(value) == 0:
-        return float(value)
-    return None
-
-
-def check_hyperparams(
-    opt,
-    *,
-    nonnegative: Sequence[str] = (),
-    positive: Sequence[str] = (),
-    unit_interval: Sequence[str] = (),
-    closed_unit_interval: Sequence[str] = (),
-    positive_int: Sequence[str] = (),
-    choices: dict[str, Sequence[Any]] | None = None,
-) -> None:
-    """Raise a `ValueError` naming the field for an out-of-range hyperparameter.
-
-    Only concrete numbers are checked: traced values and schedules pass through.
-    """
-    cls = type(opt).__name__
-
-    def fail(name, rule, value):
-        raise ValueError(f"`{cls}({name}=...)` must be {rule}, got {value!r}.")
-
-    for name in nonnegative:
-        v = _concrete(getattr(opt, name))
-        if v is not None and not v >= 0:
-            fail(name, ">= 0", getattr(opt, name))
-    for name in positive:
-        v = _concrete(getattr(opt, name))
-        if v is not None and not v > 0:
-            fail(name, "> 0", getattr(opt, name))
-    for name in unit_interval:
-        v = _concrete(getattr(opt, name))
-        if v is not None and not 0 <= v < 1:
-            fail(name, "in [0, 1)", getattr(opt, name))
-    for name in closed_unit_interval:
-        v = _concrete(getattr(opt, name))
-        if v is not None and not 0 <= v <= 1:
-            fail(name, "in [0, 1]", getattr(opt, name))
-    for name in positive_int:
-        v = getattr(opt, name)
-        if isinstance(v, bool) or (isinstance(v, int) and v < 1):
-            fail(name, "an integer >= 1", v)
-        if isinstance(v, float):
-            fail(name, "an integer >= 1", v)
-    for name, allowed in (choices or {}).items():
-        v = getattr(opt, name)
-        if v not in allowed:
-            fail(name, "one of " + ", ".join(repr(a) for a in allowed), v)
-
-
-# --- hyperparams(state) ---------------------------------------------------------
-
-
-def scalar_hyperparams(opt, count: Array | None) -> dict[str, Any]:
-    """The current value of every scalar hyperparameter field of `opt`.
-
-    A field counts when it holds a number, a 0-d array or a schedule; static fields,
-    filter specs and child optimizers do not. Schedules are evaluated at `count`.
-    """
-    from ._base import AbstractOptimizer
-
-    out = {}
-    for field in dataclasses.fields(opt):
-        if field.metadata.get("static") or field.metadata.get("eqxopt_filter_spec"):
-            continue
-        value = getattr(opt, field.name)
-        if value is None or isinstance(value, (bool, AbstractOptimizer)):
-            continue
-        if isinstance(value, (int, float)):
-            out[field.name] = value
-        elif isinstance(value, (jax.Array, np.ndarray)) and np.ndim(value) == 0:
-            out[field.name] = value
-        elif callable(value) and not isinstance(value, type):
-            if count is not None:
-                out[field.name] = value(count)
-    return out
 
 
 def replace_fields(module: eqx.Module, **changes) -> eqx.Module:

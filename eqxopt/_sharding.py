@@ -3,7 +3,14 @@
 import jax
 import jax.tree_util as jtu
 import numpy as np
-from jax.sharding import AxisType, NamedSharding, PartitionSpec, Sharding
+from jax.sharding import (
+    AbstractMesh,
+    AxisType,
+    Mesh,
+    NamedSharding,
+    PartitionSpec,
+    Sharding,
+)
 from jaxtyping import PyTree
 
 from ._base import AbstractOptimizer
@@ -145,11 +152,7 @@ def _shardings(opt, params, shardings):
 
     mesh = named[0].mesh
     for s in named[1:]:
-        if (
-            s.mesh.axis_names != mesh.axis_names
-            or s.mesh.devices.shape != (mesh.devices.shape)
-            or not np.array_equal(s.mesh.device_ids, mesh.device_ids)
-        ):
+        if not _same_mesh(s.mesh, mesh):
             raise ValueError(
                 "`eqxopt.state_shardings`: the params are sharded over different "
                 f"meshes ({mesh} and {s.mesh}); shard them over one mesh."
@@ -184,6 +187,16 @@ def _shardings(opt, params, shardings):
             spec = PartitionSpec() if spec is None else spec
             chosen.append(NamedSharding(mesh, spec))
     return abstract_state, jtu.tree_unflatten(state_treedef, chosen)
+
+
+def _same_mesh(a: Mesh | AbstractMesh, b: Mesh | AbstractMesh) -> bool:
+    """Whether two meshes have the same axis names and the same devices in the same
+    layout. (An `AbstractMesh` has no devices: JAX raises when they are asked for.)"""
+    return (
+        a.axis_names == b.axis_names
+        and np.shape(np.asarray(a.devices)) == np.shape(np.asarray(b.devices))
+        and np.array_equal(np.asarray(a.device_ids), np.asarray(b.device_ids))
+    )
 
 
 def _inexact(x) -> bool:

@@ -1,6 +1,6 @@
 """Plot every schedule in `eqxopt.schedules` over 1,000 steps (for the docs).
 
-    python examples/plot_schedules.py [--out docs/_static/schedules.png]
+Run as `python examples/plot_schedules.py [--out docs/_static/schedules.png]`.
 """
 
 import argparse

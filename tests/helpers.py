@@ -38,6 +38,11 @@ class Case(NamedTuple):
     - `loss`: `params -> scalar`. If given, grads are `jax.grad(loss)(params)` (at
       float32 for low-precision params) instead of random normals.
     - `wrappable`: include it in wrapper-based property tests (e.g. MultiSteps).
+    - `bad`: `(make_bad, field)` pairs: `make_bad()` must raise a `ValueError` whose
+      message names `field` (API.md section 1).
+    - `optax_fn`: the Optax function of the same name, as a dotted path under `optax`
+      (`"adam"`, `"contrib.dog"`): the constructor's positional parameters must follow
+      its order (`state_dtype` stands for `mu_dtype` / `accumulator_dtype`).
     """
 
     id: str
@@ -52,6 +57,8 @@ class Case(NamedTuple):
     extra: Callable[[Any], dict] | None = None
     loss: Callable[[Any], Any] | None = None
     wrappable: bool = True
+    bad: tuple[tuple[Callable[[], Any], str], ...] = ()
+    optax_fn: str | None = None
 
 
 def _collect() -> tuple[Case, ...]:

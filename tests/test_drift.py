@@ -133,3 +133,182 @@ def test_verify_rejects_weakly_typed_initial_state():
 
     with pytest.raises(eqxopt.StateDriftError, match=r"\[0\].*~float"):
         eqxopt.verify(WeakInit(), make_params())
+
+
+# --- Structural paths: every wrapper composes its child's path (issue: `_locate`) ---
+
+
+class BareCounter(eqxopt.AbstractOptimizer):
+    """A user optimizer whose whole state is one int32 array that turns float."""
+
+    def init(self, params):
+        return jnp.zeros((), jnp.int32)
+
+    def update(self, grads, state, params=None, **extra):
+        return grads, state.astype(jnp.float32) + 1
+
+
+class ModuleCounter(eqxopt.AbstractOptimizer):
+    def init(self, params):
+        return eqxopt.CountState(jnp.zeros((), jnp.int32))
+
+    def update(self, grads, state, params=None, **extra):
+        new = state.count.astype(jnp.float32) + 0.5
+        return grads, eqx.tree_at(lambda s: s.count, state, new)
+
+
+class DictCounter(eqxopt.AbstractOptimizer):
+    def init(self, params):
+        return {"n": jnp.zeros((), jnp.int32), "ok": jnp.zeros((), jnp.int32)}
+
+    def update(self, grads, state, params=None, **extra):
+        return grads, {"n": state["n"].astype(jnp.float32), "ok": state["ok"]}
+
+
+# (child, the child's path inside its own state)
+CHILDREN = {
+    "bare": (BareCounter, ""),
+    "module": (ModuleCounter, ".count"),
+    "dict": (DictCounter, "['n']"),
+}
+
+# (wrapper around `child`, where the child's state sits in the wrapper's state)
+WRAPPERS = {
+    "chain": (lambda c: eqxopt.Chain(eqxopt.Scale(0.5), c), "[1]"),
+    "partition": (
+        lambda c: eqxopt.Partition(
+            {"a": c, "b": eqxopt.SGD(0.1)}, {"w": "a", "b": "b"}
+        ),
+        ".inner_states['a']",
+    ),
+    "masked": (lambda c: eqxopt.Masked(c, True), ".inner_state"),
+    "multisteps": (lambda c: eqxopt.MultiSteps(c, every_k=2), ".inner_state"),
+    "apply_if_finite": (lambda c: eqxopt.ApplyIfFinite(c, 3), ".inner_state"),
+    "lookahead": (lambda c: eqxopt.Lookahead(c, 2, 0.5), ".fast_state"),
+    "schedule_free": (
+        lambda c: eqxopt.ScheduleFree(c, learning_rate=0.1),
+        ".inner_state",
+    ),
+    "params_ema": (lambda c: eqxopt.ParamsEMA(c, 0.9), ".inner_state"),
+    "nested": (
+        lambda c: eqxopt.MultiSteps(eqxopt.Chain(eqxopt.ZeroNans(), c), every_k=2),
+        ".inner_state[1]",
+    ),
+}
+
+
+@pytest.mark.parametrize("child", CHILDREN)
+@pytest.mark.parametrize("wrapper", WRAPPERS)
+@pytest.mark.parametrize("method", ["update", "step"])
+def test_drift_inside_every_wrapper_names_the_childs_own_leaf(wrapper, child, method):
+    make_wrapper, prefix = WRAPPERS[wrapper]
+    make_child, inner_path = CHILDREN[child]
+    opt = make_wrapper(make_child())
+    params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+    grads = jax.tree.map(jnp.ones_like, params)
+    if method == "update":
+        run = lambda s: opt.update(grads, s, params)
+    else:
+        run = lambda s: opt.step(params, grads, s)
+    with pytest.raises(eqxopt.StateDriftError) as info:
+        jax.jit(run)(opt.init(params))
+    assert info.value.path == prefix + inner_path
+    assert info.value.culprit == make_child.__name__
+    assert info.value.optimizer == type(opt).__name__
+    assert info.value.expected == "int32[]" and info.value.got == "float32[]"
+    assert str(info.value).startswith(f"`{type(opt).__name__}.{method}` returned")
+
+
+def test_an_override_may_repair_the_state_super_returned():
+    class Repaired(BareCounter):
+        def update(self, grads, state, params=None, **extra):
+            updates, state = super().update(grads, state, params, **extra)
+            return updates, state.astype(jnp.int32)  # fixes the parent's drift
+
+    params = {"w": jnp.ones(3)}
+    opt = eqxopt.Chain(eqxopt.Scale(1.0), Repaired())
+    state = opt.init(params)
+    _, new = jax.jit(lambda s: opt.update(params, s, params))(state)
+    assert new[1].dtype == jnp.int32 and new[1] == 1
+
+
+def test_a_child_called_directly_is_still_reported_with_its_own_path():
+    class Direct(eqxopt.AbstractOptimizer):  # does not use `child_update`
+        inner: eqxopt.AbstractOptimizer
+
+        def init(self, params):
+            return {"x": self.inner.init(params)}
+
+        def update(self, grads, state, params=None, **extra):
+            updates, inner = self.inner.update(grads, state["x"], params)
+            return updates, {"x": inner}
+
+    params = {"w": jnp.ones(3)}
+    opt = eqxopt.Chain(eqxopt.Scale(1.0), Direct(DictCounter()))
+    with pytest.raises(eqxopt.StateDriftError) as info:
+        opt.update(params, opt.init(params), params)
+    # The path cannot be placed above `Direct`: it stays inside DictCounter's state.
+    assert info.value.path == "['n']" and info.value.culprit == "DictCounter"
+
+
+def test_a_weakly_typed_init_is_reported_as_inits():
+    class WeakInit(eqxopt.AbstractOptimizer):
+        def init(self, params):
+            return {"n": jnp.asarray(0)}  # weakly typed
+
+        def update(self, grads, state, params=None, **extra):
+            return grads, state
+
+    params = {"w": jnp.ones(3)}
+    with pytest.raises(eqxopt.StateDriftError, match=r"`WeakInit\.init`") as info:
+        eqxopt.MultiSteps(WeakInit(), 2).init(params)
+    assert info.value.method == "init" and info.value.path == "['n']"
+    assert info.value.got.startswith("~int") and "update" not in str(info.value)[:40]
+
+
+def test_typed_key_leaves_are_described():
+    key = jax.random.key(0)
+    assert eqxopt._base.describe(key) == "key<fry>[]"
+
+    class KeyState(eqxopt.AbstractOptimizer):
+        def init(self, params):
+            return {"key": jax.random.key(0)}
+
+        def update(self, grads, state, params=None, **extra):
+            return grads, {"key": jax.random.split(state["key"])[0]}
+
+    params = {"w": jnp.ones(3)}
+    opt = eqxopt.Chain(eqxopt.Scale(1.0), KeyState())
+    eqxopt.verify(opt, params)  # no drift, and the report can describe keys
+    assert "key<fry>" in str(eqxopt.verify(opt, params))
+
+
+# --- Arguments in the wrong order, or of the wrong shape ---------------------------
+
+
+def test_state_passed_as_grads_says_so():
+    params = {"w": jnp.ones(3)}
+    opt = eqxopt.Adam(1e-3)
+    state = opt.init(params)
+    with pytest.raises(TypeError, match=r"got a `AdamState` as `grads`.*wrong order"):
+        opt.update(state, params, params)  # pyright: ignore
+
+
+def test_grads_passed_as_state_says_so():
+    params = {"w": jnp.ones(3)}
+    opt = eqxopt.Chain(eqxopt.Adam(1e-3))
+    with pytest.raises(TypeError, match=r"expects as `state` a `tuple`.*got a `dict`"):
+        opt.update(params, params, params)  # pyright: ignore[reportArgumentType]
+    with pytest.raises(TypeError, match=r"`AdamState`.*got a `dict`"):
+        eqxopt.Adam(1e-3).update(params, params, params)  # pyright: ignore[reportArgumentType]
+
+
+def test_wrong_shape_grads_name_the_leaf():
+    params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+    opt = eqxopt.Adam(1e-3)
+    state = opt.init(params)
+    bad = {"w": jnp.ones((3,)), "b": jnp.zeros(3)}
+    with pytest.raises(ValueError, match=r"`grads\['w'\]` has shape \(3,\).*\(2, 3\)"):
+        opt.update(bad, state, params)
+    with pytest.raises(ValueError, match=r"`grads\['w'\]` has shape \(3,\).*\(2, 3\)"):
+        opt.update(bad, state)  # no params: checked against the state's buffers

@@ -219,9 +219,10 @@ def test_optimistix_optax_minimiser_with_eqxopt_adam():
     target = {"a": jnp.asarray([1.0, -2.0, 3.0]), "b": jnp.asarray(0.5)}
 
     def fn(y, args):
-        return sum(
+        a, b = (
             jnp.sum(w * (y[k] - target[k]) ** 2) for k, w in (("a", 1.0), ("b", 4.0))
         )
+        return a + b
 
     lr = eqxopt.schedules.ExponentialDecay(0.1, transition_steps=100, decay_rate=0.5)
     solver = optx.OptaxMinimiser(eqxopt.to_optax(eqxopt.Adam(lr)), rtol=1e-6, atol=1e-6)
@@ -230,3 +231,26 @@ def test_optimistix_optax_minimiser_with_eqxopt_adam():
         sol = optx.minimise(fn, solver, y0, max_steps=2000)
     assert sol.result == optx.RESULTS.successful
     assert eqx.tree_equal(sol.value, target, rtol=1e-3, atol=1e-3)
+
+
+def test_from_optax_forwards_only_the_extra_arguments_a_transformation_accepts():
+    """`optax.contrib.sam`'s `update` takes `grad_fn=` but no `**kwargs`; in a `Chain`
+    with `ReduceOnPlateau` it is sent `value=` too, and must get only `grad_fn`."""
+    sam = optax.contrib.sam(optax.sgd(0.1), optax.sgd(0.05))
+    opt = eqxopt.Chain(eqxopt.from_optax(sam), eqxopt.ReduceOnPlateau(patience=1))
+    params = {"w": jnp.ones(3)}
+    grads = {"w": jnp.array([1.0, -2.0, 0.5])}
+    state = opt.init(params)
+    step = eqx.filter_jit(lambda g, s, p, v: opt.update(g, s, p, value=v))
+    updates, state = step(grads, state, params, jnp.asarray(2.0))
+    with jax.numpy_dtype_promotion("standard"):  # Optax is not strict-clean
+        expected, _ = sam.update(grads, sam.init(params), params)
+    assert eqx.tree_equal(updates, expected)
+    # The opaque mode's `grad_fn=` still reaches it.
+    opaque = optax.contrib.sam(optax.sgd(0.1), optax.sgd(0.05), opaque_mode=True)
+    opt = eqxopt.from_optax(opaque)
+    grad_fn = jtu.Partial(lambda p, i: jax.tree.map(jnp.sign, p))
+    updates, _ = opt.update(
+        grads, opt.init(params), params, grad_fn=grad_fn, value=jnp.asarray(1.0)
+    )
+    assert jnp.allclose(updates["w"], -0.1 * jnp.ones(3))

@@ -40,7 +40,7 @@ def _lbfgs_step(opt, carry):
 def test_optax_x64_scan_failure_rebuilt():
     """Optax < 0.2.5 broke here (an int64 counter became int32 inside the zoom line
     search and `lax.scan` rejected its carry): x64 is on in the tests."""
-    assert jax.config.jax_enable_x64
+    assert jax.config.read("jax_enable_x64")
     opt = eqxopt.LBFGS()
     y0 = jnp.array([-1.2, 1.0, -1.2, 1.0])
     value, grad = jax.value_and_grad(rosenbrock)(y0)

@@ -45,14 +45,23 @@ def _one_step(opt, grads, state, params, extra):
 
 
 def check_state_properties(
-    opt, case, dtype_name, grad_dtype, state_dtype=None, compiled=False
+    opt,
+    case,
+    dtype_name,
+    grad_dtype,
+    state_dtype=None,
+    compiled=False,
+    control_flow=True,
 ):
     """Check API.md rules 1-8 for `opt` on `case`'s params in `dtype_name`.
 
     By default everything is traced abstractly (`eqx.filter_eval_shape`): the types
     are what is under test, and `jit` caches on exactly these avals, so "the state
-    comes back with identical avals" is "a jitted step traces once". `compiled=True`
-    also runs three real jitted steps and counts the traces.
+    comes back with identical avals" is "a jitted step traces once". One update is
+    enough: tracing is deterministic in the avals, so a state that comes back with its
+    own avals does so at every later step. `control_flow` also traces the update as a
+    `lax.scan` body and a `lax.cond` branch. `compiled=True` also runs three real
+    jitted steps and counts the traces.
     """
     dtype = DTYPES[dtype_name]
     params = make_params(dtype, case.shapes)
@@ -77,15 +86,16 @@ def check_state_properties(
             allowed = scalar_ok if shape == () else floats
             assert dt in allowed, f"{path} is {dt}; params are {floats}"
 
-    # Three updates: identical state avals, updates in the params' dtypes.
-    p = params
-    for _ in range(3):
-        updates, state, p = eqx.filter_eval_shape(
-            _one_step, opt, grads, state, p, extra
-        )
-        assert avals(state) == init_avals
-        for u, q in zip(jtu.tree_leaves(updates), jtu.tree_leaves(params)):
-            assert u.dtype == q.dtype
+    # One update: identical state avals, updates in the params' dtypes.
+    updates, new_state, _ = eqx.filter_eval_shape(
+        _one_step, opt, grads, state, params, extra
+    )
+    assert avals(new_state) == init_avals
+    for u, q in zip(jtu.tree_leaves(updates), jtu.tree_leaves(params)):
+        assert u.dtype == q.dtype
+
+    if not control_flow and not compiled:
+        return
 
     # Scan carry and cond branch output (types must match exactly).
     def body(carry, g):
@@ -133,28 +143,42 @@ def test_compiled_step_traces_once(case):
     check_state_properties(case.make(), case, "bfloat16", "float32", compiled=True)
 
 
-@pytest.mark.parametrize("grad_dtype", GRAD_DTYPES)
-@pytest.mark.parametrize("dtype_name", list(DTYPES))
+# float32 params with float32 grads are the "same" case: not run twice.
+DTYPE_PAIRS = [
+    (d, g) for d in DTYPES for g in GRAD_DTYPES if (d, g) != ("float32", "float32")
+]
+
+
+@pytest.mark.parametrize("dtype_name, grad_dtype", DTYPE_PAIRS)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_state_is_stable(case, dtype_name, grad_dtype):
-    check_state_properties(case.make(), case, dtype_name, grad_dtype)
+    # `lax.scan`/`lax.cond` are traced once per param dtype (with float32 grads, or
+    # for float32 params their own): the exact aval check above already implies them.
+    control_flow = grad_dtype == "float32" or dtype_name == "float32"
+    check_state_properties(
+        case.make(), case, dtype_name, grad_dtype, control_flow=control_flow
+    )
 
 
-@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype_name", ["bfloat16"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_state_dtype_float32_buffers(case, dtype_name):
     opt = _with_state_dtype(case.make(), jnp.float32)
     if opt is None:
         pytest.skip("no state_dtype option")
-    check_state_properties(opt, case, dtype_name, "float32", state_dtype=jnp.float32)
+    check_state_properties(
+        opt, case, dtype_name, "float32", state_dtype=jnp.float32, control_flow=False
+    )
 
 
 @pytest.mark.parametrize("dtype_name", list(DTYPES))
 @pytest.mark.parametrize("case", [c for c in CASES if c.wrappable], ids=lambda c: c.id)
 def test_state_is_stable_under_multisteps(case, dtype_name):
-    """Every registry optimizer inside `MultiSteps(..., every_k=2)` (three updates:
-    accumulate, apply, accumulate), float32 grads: the same properties."""
+    """Every registry optimizer inside `MultiSteps(..., every_k=2)` (its `lax.cond`
+    traces both the accumulating and the applying call), float32 grads: the same
+    properties."""
     import eqxopt
 
     opt = eqxopt.MultiSteps(case.make(), every_k=2)
-    check_state_properties(opt, case, dtype_name, "float32")
+    control_flow = dtype_name == "bfloat16"
+    check_state_properties(opt, case, dtype_name, "float32", control_flow=control_flow)

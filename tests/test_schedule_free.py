@@ -4,6 +4,7 @@ typed state, and the scenario that broke Optax: `MultiSteps(ScheduleFreeAdamW)` 
 bfloat16/float16 params under `filter_jit` and `lax.scan`."""
 
 import functools as ft
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -136,6 +137,8 @@ def _reference(kind, y0, noises, *, lr, warmup, b1, wd, power, b2=0.999, eps=1e-
 def test_warmup_follows_reference(kind):
     steps, warmup = 9, 4
     hyper = dict(lr=0.1, warmup=warmup, b1=0.8, wd=0.03, power=1.5)
+    # Either optimizer; `Any` as pyright cannot pair a union's `update` with its state.
+    opt: Any
     if kind == "sgd":
         opt = eqxopt.ScheduleFreeSGD(
             0.1, warmup_steps=warmup, b1=0.8, weight_decay=0.03, weight_lr_power=1.5
@@ -178,6 +181,7 @@ def test_warmup_first_step_differs_from_optax():
     ref = optax.contrib.schedule_free_sgd(lr, warmup_steps=warmup, b1=0.9)
     with jax.numpy_dtype_promotion("standard"):
         u_ref, s_ref = ref.update(grads, ref.init(params), params)
+    s_ref = cast(optax.contrib.ScheduleFreeState, s_ref)
     assert eqx.tree_equal(s_ref.z, params)  # z did not move
     assert tree_allclose(u_ref, jtu.tree_map(jnp.zeros_like, params), atol=1e-6)
 
@@ -311,12 +315,10 @@ def _multisteps_run(dtype, grad_dtype, state_dtype, *, scan: bool, steps=40):
     """40 calls of MultiSteps(ScheduleFreeAdamW, every_k=2) on a noisy quadratic,
     under `filter_jit` call by call and (if `scan`) as one `lax.scan`. Checks the
     state's types after every call; returns the averaged points and the final state."""
-    opt = eqxopt.MultiSteps(
-        eqxopt.ScheduleFreeAdamW(
-            0.2, warmup_steps=4, weight_decay=1e-3, state_dtype=state_dtype
-        ),
-        every_k=2,
+    inner = eqxopt.ScheduleFreeAdamW(
+        0.2, warmup_steps=4, weight_decay=1e-3, state_dtype=state_dtype
     )
+    opt = eqxopt.MultiSteps(inner, every_k=2)
     params = make_params(dtype)
     state = opt.init(params)
     init_avals = avals(state)
@@ -344,20 +346,21 @@ def _multisteps_run(dtype, grad_dtype, state_dtype, *, scan: bool, steps=40):
         p, s = step(p, s, jnp.asarray(i, jnp.int32))
         assert avals(s) == init_avals
     assert all(x.dtype == dtype for x in jtu.tree_leaves(p))
-    x = opt.optimizer.eval_params(s.inner_state, p)
+    x = inner.eval_params(s.inner_state, p)
     if not scan:
         return x, None, s
 
     # Inside lax.scan: the whole state is the carry.
     def body(carry, i):
-        return step(*carry, i), None
+        p, s = carry
+        return step(p, s, i), None
 
     (p_scan, s_scan), _ = jax.jit(
         lambda c: lax.scan(body, c, jnp.arange(steps, dtype=jnp.int32))
     )((params, state))
     assert avals(s_scan) == init_avals
     assert all(x.dtype == dtype for x in jtu.tree_leaves(p_scan))
-    x_scan = opt.optimizer.eval_params(s_scan.inner_state, p_scan)
+    x_scan = inner.eval_params(s_scan.inner_state, p_scan)
     return x, x_scan, s
 
 

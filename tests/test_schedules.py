@@ -243,6 +243,7 @@ def test_dtypes():
     assert S.Constant(5)(0).dtype == jnp.float64
     with jax.enable_x64(False):
         for make, _, _ in (p.values for p in CASES):
+            assert callable(make)
             assert dtype(make()) == jnp.float32
         schedule = S.WarmupCosineDecay(0.0, 1.0, 10, 100)
         reference = optax.warmup_cosine_decay_schedule(0.0, 1.0, 10, 100)
@@ -276,7 +277,7 @@ def _wsd(t, init, peak, warmup, stable, decay, end, decay_type):
 def test_warmup_stable_decay(args, decay_type):
     schedule = S.WarmupStableDecay(*args, decay_type=decay_type)
     counts = np.arange(0, 120)
-    expected = [_wsd(t, *args, decay_type) for t in counts]
+    expected = [_wsd(t, *args, decay_type=decay_type) for t in counts]
     _check(jax.jit(jax.vmap(schedule))(jnp.asarray(counts, jnp.int32)), expected)
     if args[4] > 0:  # peak at the start of the decay
         _check(schedule(jnp.int32(args[2] + args[3])), args[1])
@@ -306,11 +307,12 @@ def test_inverse_sqrt_values():
 
 
 _w = dict(init_value=0.0, peak_value=1.0)
+# Wrong values, some of them of a wrong type on purpose (those lines tell pyright).
 BAD = [
     (lambda: S.CosineDecay(1.0, 0), "decay_steps"),
     (lambda: S.CosineDecay(1.0, -3), "decay_steps"),
     (lambda: S.Polynomial(1.0, 0.0, 1, 10.5), "transition_steps"),
-    (lambda: S.Linear(1.0, 0.0, "10"), "transition_steps"),
+    (lambda: S.Linear(1.0, 0.0, "10"), "transition_steps"),  # pyright: ignore[reportArgumentType]
     (lambda: S.Linear(1.0, 0.0, 10, 2.5), "transition_begin"),
     (lambda: S.ExponentialDecay(1.0, 10, -0.5), "decay_rate"),
     (lambda: S.WarmupCosineDecay(0.0, 1.0, 10, 10), "decay_steps"),
@@ -320,7 +322,7 @@ BAD = [
     (lambda: S.WarmupExponentialDecay(0.0, 1.0, 2, 10, -0.5), "decay_rate"),
     (lambda: S.PiecewiseConstant(1.0, {10: -0.1}), "boundaries_and_scales"),
     (lambda: S.PiecewiseConstant(1.0, {10.5: 0.1}), "boundaries_and_scales"),
-    (lambda: S.PiecewiseInterpolate("quadratic", 1.0), "interpolate_type"),
+    (lambda: S.PiecewiseInterpolate("quadratic", 1.0), "interpolate_type"),  # pyright: ignore[reportArgumentType]
     (lambda: S.PiecewiseInterpolate("linear", 1.0, {5: -1.0}), "boundaries_and_scales"),
     (lambda: S.Join([], []), "schedules"),
     (lambda: S.Join([S.Constant(1.0), S.Constant(2.0)], []), "boundaries"),
@@ -337,7 +339,7 @@ BAD = [
     (lambda: S.WarmupStableDecay(0.0, 1.0, -1, 10, 10), "warmup_steps"),
     (lambda: S.WarmupStableDecay(0.0, 1.0, 10, -1, 10), "stable_steps"),
     (lambda: S.WarmupStableDecay(0.0, 1.0, 10, 10, -1), "decay_steps"),
-    (lambda: S.WarmupStableDecay(0.0, 1.0, 1, 1, 1, decay_type="exp"), "decay_type"),
+    (lambda: S.WarmupStableDecay(0.0, 1.0, 1, 1, 1, decay_type="exp"), "decay_type"),  # pyright: ignore[reportArgumentType]
     (lambda: S.InverseSqrt(1.0, -1), "warmup_steps"),
     (lambda: S.InverseSqrt(1.0, 10, timescale=0), "timescale"),
 ]

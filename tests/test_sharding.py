@@ -12,6 +12,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import eqxopt
+import eqxopt._misc
 
 from .helpers import case_extra, case_grads, CASES, make_params, random_like, SHAPES
 

@@ -2,13 +2,14 @@
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     mask_field,
@@ -112,7 +113,7 @@ class ScaleByAdadelta(AbstractOptimizer[AdadeltaState]):
 
     rho: ScalarLike = 0.9
     eps: ScalarLike = 1e-6
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(self, nonnegative=("eps",), unit_interval=("rho",))
@@ -170,7 +171,7 @@ class Adadelta(AbstractOptimizer[AdadeltaState]):
     eps: ScalarLike = 1e-6
     weight_decay: ScalarOrSchedule = 0.0
     weight_decay_mask: FilterSpec | None = mask_field(default=None)
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(

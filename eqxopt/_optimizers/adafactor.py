@@ -6,18 +6,20 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     mask_field,
     out_dtype,
     pack,
+    per_dtype,
     resolve,
     scalar,
     tree_map_unzip,
@@ -27,7 +29,6 @@ from .._misc import (
     zeros_like_leaf,
 )
 from .._transform.weight_decay import decay_mask
-from .adam import per_dtype
 
 
 @typechecked
@@ -164,7 +165,7 @@ def _adafactor_step(
             None if v_col is None else v_col.astype(dtype),
             None if v is None else v.astype(dtype),
             *constants(dtype),
-            dims,
+            dims=dims,
         )
         new_m = None
         if finish is not None:
@@ -187,11 +188,11 @@ def _adafactor_step(
         state.momentum,
         params,
         mask,
-        names=(
+        names=(  # the factored statistics do not mirror the params' shapes
             "grads",
-            "state.v_row",
-            "state.v_col",
-            "state.v",
+            "v_row",
+            "v_col",
+            "v",
             "state.momentum",
             "params",
             "mask",
@@ -245,7 +246,7 @@ class ScaleByFactoredRms(AbstractOptimizer[AdafactorState]):
     min_dim_size_to_factor: int = eqx.field(default=128, static=True)
     epsilon: ScalarLike = 1e-30
     decay_rate_fn: Callable | None = eqx.field(default=None, static=True)
-    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
 
     def __check_init__(self):
         check_hyperparams(
@@ -338,7 +339,7 @@ class Adafactor(AbstractOptimizer[AdafactorState]):
     multiply_by_parameter_scale: bool = eqx.field(default=True, static=True)
     clipping_threshold: ScalarLike | None = 1.0
     momentum: ScalarLike | None = None
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
     weight_decay_rate: ScalarOrSchedule | None = None
     eps: ScalarLike = 1e-30
     factored: bool = eqx.field(default=True, static=True)

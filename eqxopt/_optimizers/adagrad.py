@@ -3,24 +3,26 @@
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import full_like
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,
     pack,
+    per_dtype,
     resolve,
     scalar,
     tree_map_unzip,
     typechecked,
     zero_count,
 )
-from .adam import full_like, per_dtype
 
 
 @typechecked
@@ -117,7 +119,7 @@ class ScaleByRss(AbstractOptimizer[AdagradState]):
 
     initial_accumulator_value: ScalarLike = 0.1
     eps: ScalarLike = 1e-7
-    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
 
     def __check_init__(self):
         _check(self)
@@ -166,7 +168,7 @@ class Adagrad(AbstractOptimizer[AdagradState]):
     learning_rate: ScalarOrSchedule
     initial_accumulator_value: ScalarLike = 0.1
     eps: ScalarLike = 1e-7
-    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
 
     def __check_init__(self):
         _check(self)

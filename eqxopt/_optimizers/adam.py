@@ -1,32 +1,54 @@
-"""Adam and AdamW (and the `ScaleByAdam` building block they share), and the per-leaf
-helpers the Adam family, Lion, Lamb, RMSProp, ... share."""
+"""Adam and AdamW (and the `ScaleByAdam` building block they share), and the two
+abstract bases of the Adam family: `AbstractAdamFamily` (every optimizer whose state
+is an `AdamState`) and `AbstractAdam` (Adam's own rule, also NAdam's)."""
+
+import abc
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import equinox as eqx
-import jax.numpy as jnp
-import numpy as np
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+
+# `add_decay`, `descent` and `is_zero` are re-exported for the optimizers that still
+# import them from here; new code imports them from `eqxopt._kernels`.
+from .._kernels import (
+    adaptive,
+    add_decay as add_decay,
+    betas,
+    descent as descent,
+    descent_of,
+    ema,
+    first_moment_hat,
+    full_like,
+    is_zero as is_zero,
+    optional,
+)
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
-    full_like_leaf,
     increment,
     mask_field,
     out_dtype,
     pack,
     per_dtype,
-    resolve,
     scalar,
-    tree_map,
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
-from .._transform.weight_decay import decay_mask
+
+
+# Abstract fields: type checkers see a `ClassVar` (as equinox does for its
+# `AbstractClassVar`), so that their model of a final class's `__init__` takes its
+# fields, in Optax's order, from the final class alone, as equinox does at run time.
+if TYPE_CHECKING:
+    from typing import ClassVar as AbstractVar
+else:
+    from equinox import AbstractVar
 
 
 @typechecked
@@ -58,117 +80,78 @@ class AdamState(eqx.Module):
     nu: PyTree[Inexact[Array, "..."]]
 
 
-def _check(opt):
-    check_hyperparams(
-        opt,
-        nonnegative=("eps", "eps_root")
-        + (("learning_rate",) if hasattr(opt, "learning_rate") else ())
-        + (("weight_decay",) if hasattr(opt, "weight_decay") else ()),
-        unit_interval=("b1", "b2"),
-    )
+# Hyperparameters that must be >= 0, where a family member has them.
+_NONNEGATIVE = (
+    "learning_rate",
+    "eps",
+    "eps_root",
+    "weight_decay",
+    "initial_accumulator_value",
+)
+
+# A per-leaf rule of the family: `(g, m, v) -> (direction, m, v)`.
+LeafRule = Callable[[Array, Array, Array], tuple[Array, Array, Array]]
 
 
-def _init(opt, params: Params) -> AdamState:
-    return AdamState(
-        zero_count(),
-        zeros_like(params, opt.state_dtype),
-        zeros_like(params, opt.state_dtype),
-    )
+class AbstractAdamFamily(AbstractOptimizer[AdamState]):
+    r"""An optimizer whose state is an [`eqxopt.AdamState`][]: two moments per param,
+    updated per leaf by the rule `_rule` the subclass gives, then turned into the
+    update by the fields the final class declares: with `learning_rate`, $-\eta\,d$;
+    with `weight_decay` and `mask` too, $-\eta\,(d + \lambda p)$ on the leaves `mask`
+    selects; with neither (the `ScaleBy*` blocks), the direction $d$ itself (see
+    `eqxopt._kernels.descent_of`). Both moments start at
+    `initial_accumulator_value` where the class has one, else at 0.
+    """
+
+    b1: AbstractVar[ScalarLike]
+    b2: AbstractVar[ScalarLike]
+    eps: AbstractVar[ScalarLike]
+    state_dtype: AbstractVar[object]
+
+    def __check_init__(self):
+        check_hyperparams(
+            self,
+            nonnegative=tuple(n for n in _NONNEGATIVE if hasattr(self, n)),
+            unit_interval=("b1", "b2"),
+        )
+
+    def init(self, params: Params) -> AdamState:
+        value = getattr(self, "initial_accumulator_value", 0)
+        return AdamState(
+            zero_count(),
+            full_like(params, value, self.state_dtype),
+            full_like(params, value, self.state_dtype),
+        )
+
+    def update(self, grads: Updates, state: AdamState, params=None, **extra):
+        finish, mask = descent_of(self, state.count, params)
+        return adam_family_step(grads, state, params, self._rule, finish, mask)
+
+    @abc.abstractmethod
+    def _rule(self, t: Array) -> LeafRule:
+        """The per-leaf rule at the 1-based step number `t` (a scalar of the compute
+        dtype): `(g, m, v) -> (direction, m, v)`, in the compute dtype. Called once
+        per update and dtype, so its scalars are traced once, not once per leaf."""
 
 
-def full_like(params, value, dtype=None):
-    """`value` at every optimized leaf, in `dtype` or else the leaf's own dtype."""
-    return tree_map(lambda p: full_like_leaf(p, value, dtype or p.dtype), params)
+def adam_family_step(
+    grads, state: AdamState, params, rule: Callable[[Array], LeafRule], finish, mask
+):
+    """One update of an optimizer whose state is an `AdamState`.
 
-
-# --- per-leaf helpers shared by the Adam family (and Lion, Lamb, ...) ---------------
-# They take and return arrays already cast to the compute dtype; hyperparameters may be
-# numbers, arrays or tracers, and are cast explicitly (strict promotion).
-
-
-def ema(x: Array, m: Array, decay) -> Array:
-    r"""One step of an exponential moving average: $(1 - d)\,x + d\,m$."""
-    d = scalar(decay, x.dtype)
-    return (1 - d) * x + d * m
-
-
-def debias(m: Array, decay, t: Array) -> Array:
-    """Bias correction of an EMA after `t` steps: $m / (1 - d^t)$."""
-    d = scalar(decay, m.dtype)
-    return m / (1 - d ** t.astype(m.dtype))
-
-
-def nesterov_debias(m: Array, g: Array, b1, t: Array) -> Array:
-    r"""Nesterov's look-ahead first moment (NAdam, as Optax):
-    $\beta_1 m / (1 - \beta_1^{t+1}) + (1 - \beta_1)\,g / (1 - \beta_1^t)$."""
-    b = scalar(b1, m.dtype)
-    t = t.astype(m.dtype)
-    return b * (m / (1 - b ** (t + 1))) + (1 - b) * (g / (1 - b**t))
-
-
-def first_moment_hat(m: Array, g: Array, b1, t: Array, nesterov: bool) -> Array:
-    return nesterov_debias(m, g, b1, t) if nesterov else debias(m, b1, t)
-
-
-def adam_moments(b1, b2, eps, eps_root, nesterov: bool = False):
-    """Adam's per-leaf rule, for [`adam_family_step`][]. The same arithmetic as
-    [`ema`][], [`first_moment_hat`][] and [`debias`][], with its scalars computed once
-    per update (per `t`) instead of once per leaf."""
-    cache = {}
-
-    def constants(t):
-        # `t` is the same array for every leaf of one dtype (see `adam_family_step`);
-        # the cache holds it, so its `id` stays unique while the cache lives.
-        key = (id(t), np.dtype(t.dtype))
-        if key not in cache:
-            d1, d2 = scalar(b1, t.dtype), scalar(b2, t.dtype)
-            c = {
-                "b1": d1,
-                "1-b1": 1 - d1,
-                "b2": d2,
-                "1-b2": 1 - d2,
-                "1-b1^t": 1 - d1**t,
-                "1-b2^t": 1 - d2**t,
-                "eps": scalar(eps, t.dtype),
-                "eps_root": None if is_zero(eps_root) else scalar(eps_root, t.dtype),
-            }
-            if nesterov:
-                c["1-b1^(t+1)"] = 1 - d1 ** (t + 1)
-            cache[key] = (t, c)
-        return cache[key][1]
-
-    def moments(g, m, v, t):
-        c = constants(t)
-        m = c["1-b1"] * g + c["b1"] * m
-        v = c["1-b2"] * abs_sq(g) + c["b2"] * v
-        if nesterov:
-            m_hat = c["b1"] * (m / c["1-b1^(t+1)"]) + c["1-b1"] * (g / c["1-b1^t"])
-        else:
-            m_hat = m / c["1-b1^t"]
-        v_hat = v / c["1-b2^t"]
-        if c["eps_root"] is not None:
-            v_hat = v_hat + c["eps_root"]
-        direction = m_hat / (jnp.sqrt(v_hat) + c["eps"])
-        return direction, m, v
-
-    return moments
-
-
-def adam_family_step(grads, state: AdamState, params, moments, finish=None, mask=None):
-    """One update of an optimizer whose state is an [`AdamState`][].
-
-    Per leaf, in the compute dtype: `moments(g, m, v, t) -> (direction, m, v)` with
-    `t` the 1-based step number, then `finish(direction, g, p, selected) -> update`
-    (`selected` is the leaf's `mask` entry, `None` without a mask). Buffers are stored
-    back in their own dtype and updates returned in the param's.
+    Per leaf, in the compute dtype: `rule(t)(g, m, v) -> (direction, m, v)` with `t`
+    the 1-based step number (`rule(t)` is built once per dtype), then `finish(direction,
+    g, p, selected) -> update` (`selected` is the leaf's `mask` entry, `None` without a
+    mask; no `finish` returns the direction). Buffers are stored back in their own
+    dtype and updates returned in the param's.
     """
     count = increment(state.count)
-    step_number = per_dtype(lambda dtype: count.astype(dtype))
+    rules = per_dtype(lambda dtype: rule(count.astype(dtype)))
 
     def _leaf(g, m, v, p, selected):
         dtype = compute_dtype(g.dtype, m.dtype, v.dtype)
-        direction, m32, v32 = moments(
-            g.astype(dtype), m.astype(dtype), v.astype(dtype), step_number(dtype)
+        direction, m32, v32 = rules(dtype)(
+            g.astype(dtype), m.astype(dtype), v.astype(dtype)
         )
         update = direction if finish is None else finish(direction, g, p, selected)
         return pack(
@@ -188,49 +171,38 @@ def adam_family_step(grads, state: AdamState, params, moments, finish=None, mask
     return updates, AdamState(count, mu, nu)
 
 
-def is_zero(value) -> bool:
-    """Whether a hyperparameter is a concrete zero (so its term can be skipped)."""
-    return (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0
-    )
+def adam_moments(b1, b2, eps, eps_root, nesterov: bool = False):
+    """Adam's rule `t -> (g, m, v) -> (direction, m, v)`, for `adam_family_step` (and
+    Lamb's)."""
+
+    def rule(t: Array) -> LeafRule:
+        c = betas(b1, b2, t, nesterov)
+        eps_, eps_root_ = scalar(eps, t.dtype), optional(eps_root, t.dtype)
+
+        def moments(g, m, v):
+            m = ema(g, m, c.b1, c.one_minus_b1)
+            v = ema(abs_sq(g), v, c.b2, c.one_minus_b2)
+            m_hat = first_moment_hat(m, g, c)
+            return adaptive(m_hat, v / c.correction2, eps_, eps_root_), m, v
+
+        return moments
+
+    return rule
 
 
-def add_decay(d: Array, p: Array | None, weight_decay, selected) -> Array:
-    r"""$d + \lambda p$ on a selected leaf (decoupled weight decay, before the lr)."""
-    if selected is False or is_zero(weight_decay):
-        return d
-    if p is None:
-        raise ValueError("eqxopt: weight decay needs `params` in `update`.")
-    return d + scalar(weight_decay, d.dtype) * p.astype(d.dtype)
+class AbstractAdam(AbstractAdamFamily):
+    """Adam's rule, for [`eqxopt.ScaleByAdam`][], [`eqxopt.Adam`][],
+    [`eqxopt.AdamW`][], [`eqxopt.NAdam`][] and [`eqxopt.NAdamW`][]."""
+
+    eps_root: AbstractVar[ScalarLike]
+    nesterov: AbstractVar[bool]
+
+    def _rule(self, t: Array) -> LeafRule:
+        moments = adam_moments(self.b1, self.b2, self.eps, self.eps_root, self.nesterov)
+        return moments(t)
 
 
-def descent(learning_rate, weight_decay=0.0):
-    r"""A `finish` for [`adam_family_step`][]: $-\eta\,(d + \lambda p)$, the weight
-    decay on the leaves the mask selects. `learning_rate`, `weight_decay` are already
-    resolved (schedules evaluated)."""
-
-    neg_lr = per_dtype(lambda dtype: -scalar(learning_rate, dtype))
-    decay = per_dtype(lambda dtype: scalar(weight_decay, dtype))
-
-    def finish(d, g, p, selected):
-        if not (selected is False or is_zero(weight_decay)):
-            if p is None:
-                raise ValueError("eqxopt: weight decay needs `params` in `update`.")
-            d = d + decay(d.dtype) * p.astype(d.dtype)
-        return d * neg_lr(d.dtype)
-
-    return finish
-
-
-def _adam(opt, grads, state: AdamState, params, leaf_update=None, mask=None):
-    r"""Shared Adam step. `leaf_update(direction, g, p, m)` maps the bias-corrected
-    direction $\hat m / (\sqrt{\hat v + \epsilon_{root}} + \epsilon)$ (in the
-    compute dtype) to the update."""
-    moments = adam_moments(opt.b1, opt.b2, opt.eps, opt.eps_root, opt.nesterov)
-    return adam_family_step(grads, state, params, moments, leaf_update, mask)
-
-
-class ScaleByAdam(AbstractOptimizer[AdamState]):
+class ScaleByAdam(AbstractAdam):
     r"""Adam's preconditioning without the learning rate: the update is the
     bias-corrected $\hat m / (\sqrt{\hat v + \epsilon_{\rm root}} + \epsilon)$.
     Matches `optax.scale_by_adam`.
@@ -260,17 +232,8 @@ class ScaleByAdam(AbstractOptimizer[AdamState]):
     state_dtype: object = eqx.field(default=None, static=True)
     nesterov: bool = eqx.field(default=False, static=True, kw_only=True)
 
-    def __check_init__(self):
-        _check(self)
 
-    def init(self, params: Params) -> AdamState:
-        return _init(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        return _adam(self, grads, state, params)
-
-
-class Adam(AbstractOptimizer[AdamState]):
+class Adam(AbstractAdam):
     r"""Adam: per-coordinate step sizes from running moments of the gradient.
 
     $$m_k = \beta_1 m_{k-1} + (1-\beta_1) g_k, \qquad
@@ -314,18 +277,8 @@ class Adam(AbstractOptimizer[AdamState]):
     state_dtype: object = eqx.field(default=None, static=True)
     nesterov: bool = eqx.field(default=False, static=True, kw_only=True)
 
-    def __check_init__(self):
-        _check(self)
 
-    def init(self, params: Params) -> AdamState:
-        return _init(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        lr = resolve(self.learning_rate, state.count)
-        return _adam(self, grads, state, params, descent(lr))
-
-
-class AdamW(AbstractOptimizer[AdamState]):
+class AdamW(AbstractAdam):
     r"""Adam with decoupled weight decay.
 
     $$u_k = -\eta_k \left( \frac{\hat m_k}{\sqrt{\hat v_k + \epsilon_{\rm root}}
@@ -370,21 +323,6 @@ class AdamW(AbstractOptimizer[AdamState]):
     weight_decay: ScalarOrSchedule = 1e-4
     mask: FilterSpec | None = mask_field(default=None)
     nesterov: bool = eqx.field(default=False, static=True, kw_only=True)
-
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> AdamState:
-        return _init(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        if params is None:
-            raise ValueError("`AdamW.update` needs `params` for the weight decay.")
-        lr = resolve(self.learning_rate, state.count)
-        wd = resolve(self.weight_decay, state.count)
-
-        mask = decay_mask(self.mask, params)
-        return _adam(self, grads, state, params, descent(lr, wd), mask)
 
 
 _ARGS = r"""- `learning_rate`: $\eta$; a number, an array, or a schedule.

@@ -1,113 +1,72 @@
 """Adam's relatives: Adamax, AMSGrad, NAdam, RAdam, AdaBelief, Yogi (with their
-`ScaleBy*` building blocks). They share Adam's per-leaf helpers (`adam.py`)."""
+`ScaleBy*` building blocks). Each rule is an abstract subclass of `AbstractAdamFamily`
+(`adam.py`) that gives the per-leaf rule; the final classes are their fields. AMSGrad
+keeps a third buffer, so it has its own base, `AbstractAMSGrad`."""
+
+from typing import ClassVar, TYPE_CHECKING
 
 import equinox as eqx
 import jax.numpy as jnp
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import (
+    adaptive,
+    betas,
+    descent_of,
+    ema,
+    first_moment_hat,
+    optional,
+)
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     mask_field,
     out_dtype,
     pack,
-    resolve,
+    per_dtype,
     scalar,
     tree_map_unzip,
     typechecked,
     zero_count,
     zeros_like,
 )
-from .._transform.weight_decay import decay_mask
-from .adam import (
-    adam_family_step,
-    adam_moments,
-    AdamState,
-    descent,
-    full_like,
-    per_dtype,
-)
+from .adam import AbstractAdam, AbstractAdamFamily, LeafRule
 
 
-_NUMBERS = (
-    "learning_rate",
-    "eps",
-    "eps_root",
-    "weight_decay",
-    "initial_accumulator_value",
-)
-
-
-def _check(opt):
-    check_hyperparams(
-        opt,
-        nonnegative=tuple(n for n in _NUMBERS if hasattr(opt, n)),
-        unit_interval=("b1", "b2"),
-    )
-
-
-def per_step(fn):
-    """`fn(t)` for the 1-based step number `t`, computed once per update and dtype:
-    [`adam_family_step`][] passes the same `t` array to every leaf of one dtype, so the
-    scalars of a rule (cast hyperparameters, bias corrections) are traced once, not
-    once per leaf. (The cache holds `t`, so its `id` stays unique while it lives.)"""
-    cache = {}
-
-    def get(t):
-        if id(t) not in cache:
-            cache[id(t)] = (t, fn(t))
-        return cache[id(t)][1]
-
-    return get
-
-
-def _betas(b1, b2, t):
-    r"""$\beta_1, 1-\beta_1, \beta_2, 1-\beta_2$ and the bias corrections
-    $1-\beta_1^t, 1-\beta_2^t$, as scalars of `t`'s dtype."""
-    d1, d2 = scalar(b1, t.dtype), scalar(b2, t.dtype)
-    return d1, 1 - d1, d2, 1 - d2, 1 - d1**t, 1 - d2**t
-
-
-def _zeros(opt, params) -> AdamState:
-    return AdamState(
-        zero_count(),
-        zeros_like(params, opt.state_dtype),
-        zeros_like(params, opt.state_dtype),
-    )
-
-
-def _lr(opt, state):
-    return resolve(opt.learning_rate, state.count)
-
-
-def _decayed_descent(opt, state, params):
-    """(finish, mask) for an optimizer with `learning_rate`, `weight_decay`, `mask`."""
-    if params is None:
-        raise ValueError(f"`{type(opt).__name__}.update` needs `params`.")
-    wd = resolve(opt.weight_decay, state.count)
-    return descent(_lr(opt, state), wd), decay_mask(opt.mask, params)
+# Abstract fields: type checkers see a `ClassVar` (as equinox does for its
+# `AbstractClassVar`), so that their model of a final class's `__init__` takes its
+# fields, in Optax's order, from the final class alone, as equinox does at run time.
+if TYPE_CHECKING:
+    from typing import ClassVar as AbstractVar
+else:
+    from equinox import AbstractVar
 
 
 # --- Adamax ---------------------------------------------------------------------
 
 
-def adamax_moments(b1, b2, eps):
-    constants = per_step(lambda t: (*_betas(b1, b2, t), scalar(eps, t.dtype)))
+class AbstractAdamax(AbstractAdamFamily):
+    r"""Adamax's rule: $\hat m_k / v_k$ with $v_k = \max(|g_k| + \epsilon,
+    \beta_2 v_{k-1})$, for [`eqxopt.ScaleByAdamax`][], [`eqxopt.Adamax`][] and
+    [`eqxopt.AdamaxW`][]."""
 
-    def moments(g, m, v, t):
-        d1, one_minus_d1, d2, _, correction1, _, eps_ = constants(t)
-        m = one_minus_d1 * g + d1 * m
-        v = jnp.maximum(jnp.abs(g) + eps_, d2 * v)
-        return (m / correction1) / v, m, v
+    def _rule(self, t: Array) -> LeafRule:
+        c = betas(self.b1, self.b2, t)
+        eps = scalar(self.eps, t.dtype)
 
-    return moments
+        def moments(g, m, v):
+            m = ema(g, m, c.b1, c.one_minus_b1)
+            v = jnp.maximum(jnp.abs(g) + eps, c.b2 * v)
+            return (m / c.correction1) / v, m, v
+
+        return moments
 
 
-class ScaleByAdamax(AbstractOptimizer[AdamState]):
+class ScaleByAdamax(AbstractAdamax):
     r"""Adamax's preconditioning, $\hat m_k / v_k$ with
     $v_k = \max(|g_k| + \epsilon, \beta_2 v_{k-1})$; the learning rate is left to a
     following [`eqxopt.ScaleByLearningRate`][]. Matches `optax.scale_by_adamax`.
@@ -134,18 +93,8 @@ class ScaleByAdamax(AbstractOptimizer[AdamState]):
     eps: ScalarLike = 1e-8
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
-    def __check_init__(self):
-        _check(self)
 
-    def init(self, params: Params) -> AdamState:
-        return _zeros(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        moments = adamax_moments(self.b1, self.b2, self.eps)
-        return adam_family_step(grads, state, params, moments)
-
-
-class Adamax(AbstractOptimizer[AdamState]):
+class Adamax(AbstractAdamax):
     r"""Adamax: Adam with the infinity norm in place of the second moment.
 
     $$m_k = \beta_1 m_{k-1} + (1-\beta_1)\,g_k, \qquad
@@ -186,20 +135,8 @@ class Adamax(AbstractOptimizer[AdamState]):
     eps: ScalarLike = 1e-8
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
-    def __check_init__(self):
-        _check(self)
 
-    def init(self, params: Params) -> AdamState:
-        return _zeros(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        moments = adamax_moments(self.b1, self.b2, self.eps)
-        return adam_family_step(
-            grads, state, params, moments, descent(_lr(self, state))
-        )
-
-
-class AdamaxW(AbstractOptimizer[AdamState]):
+class AdamaxW(AbstractAdamax):
     r"""Adamax with decoupled weight decay:
     $u_k = -\eta_k\,\big(\hat m_k / v_k + \lambda\,p_k\big)$, with $\hat m, v$ as in
     [`eqxopt.Adamax`][] and the decay on the leaves `mask` selects (a filter spec).
@@ -238,17 +175,6 @@ class AdamaxW(AbstractOptimizer[AdamState]):
     mask: FilterSpec | None = mask_field(default=None)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> AdamState:
-        return _zeros(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        finish, mask = _decayed_descent(self, state, params)
-        moments = adamax_moments(self.b1, self.b2, self.eps)
-        return adam_family_step(grads, state, params, moments, finish, mask)
-
 
 # --- AMSGrad --------------------------------------------------------------------
 
@@ -281,56 +207,74 @@ class AMSGradState(eqx.Module):
     nu_max: PyTree[Inexact[Array, "..."]]
 
 
-def _amsgrad_init(opt, params) -> AMSGradState:
-    zeros = lambda: zeros_like(params, opt.state_dtype)
-    return AMSGradState(zero_count(), zeros(), zeros(), zeros())
+class AbstractAMSGrad(AbstractOptimizer[AMSGradState]):
+    r"""AMSGrad's step, for [`eqxopt.ScaleByAmsgrad`][] and [`eqxopt.AMSGrad`][]:
+    $\hat m_k / (\sqrt{v^{\max}_k + \epsilon_{\rm root}} + \epsilon)$, times
+    $-\eta_k$ where the final class has a `learning_rate`."""
 
+    b1: AbstractVar[ScalarLike]
+    b2: AbstractVar[ScalarLike]
+    eps: AbstractVar[ScalarLike]
+    eps_root: AbstractVar[ScalarLike]
+    state_dtype: AbstractVar[object]
+    bias_correction_mu: AbstractVar[bool]
+    bias_correction_nu: AbstractVar[bool]
 
-def _amsgrad_step(opt, grads, state: AMSGradState, params, lr=None):
-    count = increment(state.count)
-
-    def _constants(dtype):
-        betas = _betas(opt.b1, opt.b2, count.astype(dtype))
-        eps, eps_root = scalar(opt.eps, dtype), scalar(opt.eps_root, dtype)
-        return *betas, eps, eps_root, None if lr is None else -scalar(lr, dtype)
-
-    constants = per_dtype(_constants)  # traced once per update, not once per leaf
-
-    def _leaf(g, m, v, v_max, p):
-        dtype = compute_dtype(g.dtype, m.dtype, v.dtype, v_max.dtype)
-        d1, one_minus_d1, d2, one_minus_d2, c1, c2, eps, eps_root, neg_lr = constants(
-            dtype
-        )
-        g32 = g.astype(dtype)
-        m32 = one_minus_d1 * g32 + d1 * m.astype(dtype)
-        v32 = one_minus_d2 * abs_sq(g32) + d2 * v.astype(dtype)
-        m_hat = m32 / c1 if opt.bias_correction_mu else m32
-        v_eff = v32 / c2 if opt.bias_correction_nu else v32
-        v_max32 = jnp.maximum(v_max.astype(dtype), v_eff)
-        update = m_hat / (jnp.sqrt(v_max32 + eps_root) + eps)
-        if neg_lr is not None:
-            update = update * neg_lr
-        return pack(
-            update.astype(out_dtype(g, p)),
-            m32.astype(m.dtype),
-            v32.astype(v.dtype),
-            v_max32.astype(v_max.dtype),
+    def __check_init__(self):
+        check_hyperparams(
+            self,
+            nonnegative=("eps", "eps_root")
+            + (("learning_rate",) if hasattr(self, "learning_rate") else ()),
+            unit_interval=("b1", "b2"),
         )
 
-    updates, mu, nu, nu_max = tree_map_unzip(
-        _leaf,
-        4,
-        grads,
-        state.mu,
-        state.nu,
-        state.nu_max,
-        params,
-        names=("grads", "state.mu", "state.nu", "state.nu_max", "params"),
-    )
-    return updates, AMSGradState(count, mu, nu, nu_max)
+    def init(self, params: Params) -> AMSGradState:
+        zeros = lambda: zeros_like(params, self.state_dtype)
+        return AMSGradState(zero_count(), zeros(), zeros(), zeros())
+
+    def update(self, grads: Updates, state: AMSGradState, params=None, **extra):
+        finish, _ = descent_of(self, state.count, params)
+        count = increment(state.count)
+
+        def _constants(dtype):
+            c = betas(self.b1, self.b2, count.astype(dtype))
+            return c, scalar(self.eps, dtype), optional(self.eps_root, dtype)
+
+        constants = per_dtype(_constants)  # traced once per update, not once per leaf
+
+        def _leaf(g, m, v, v_max, p):
+            dtype = compute_dtype(g.dtype, m.dtype, v.dtype, v_max.dtype)
+            c, eps, eps_root = constants(dtype)
+            g32 = g.astype(dtype)
+            m32 = ema(g32, m.astype(dtype), c.b1, c.one_minus_b1)
+            v32 = ema(abs_sq(g32), v.astype(dtype), c.b2, c.one_minus_b2)
+            m_hat = m32 / c.correction1 if self.bias_correction_mu else m32
+            v_eff = v32 / c.correction2 if self.bias_correction_nu else v32
+            v_max32 = jnp.maximum(v_max.astype(dtype), v_eff)
+            update = adaptive(m_hat, v_max32, eps, eps_root)
+            if finish is not None:
+                update = finish(update, g, p, None)
+            return pack(
+                update.astype(out_dtype(g, p)),
+                m32.astype(m.dtype),
+                v32.astype(v.dtype),
+                v_max32.astype(v_max.dtype),
+            )
+
+        updates, mu, nu, nu_max = tree_map_unzip(
+            _leaf,
+            4,
+            grads,
+            state.mu,
+            state.nu,
+            state.nu_max,
+            params,
+            names=("grads", "state.mu", "state.nu", "state.nu_max", "params"),
+        )
+        return updates, AMSGradState(count, mu, nu, nu_max)
 
 
-class ScaleByAmsgrad(AbstractOptimizer[AMSGradState]):
+class ScaleByAmsgrad(AbstractAMSGrad):
     r"""AMSGrad's preconditioning without the learning rate:
     $\hat m_k / (\sqrt{\hat v^{\max}_k + \epsilon_{\rm root}} + \epsilon)$. Matches
     `optax.scale_by_amsgrad`.
@@ -358,17 +302,8 @@ class ScaleByAmsgrad(AbstractOptimizer[AMSGradState]):
     bias_correction_mu: bool = eqx.field(default=True, static=True)
     bias_correction_nu: bool = eqx.field(default=True, static=True)
 
-    def __check_init__(self):
-        _check(self)
 
-    def init(self, params: Params) -> AMSGradState:
-        return _amsgrad_init(self, params)
-
-    def update(self, grads: Updates, state: AMSGradState, params=None, **extra):
-        return _amsgrad_step(self, grads, state, params)
-
-
-class AMSGrad(AbstractOptimizer[AMSGradState]):
+class AMSGrad(AbstractAMSGrad):
     r"""AMSGrad: Adam with a non-decreasing second moment, which restores convergence
     on the counterexamples of Reddi et al.
 
@@ -416,20 +351,11 @@ class AMSGrad(AbstractOptimizer[AMSGradState]):
     bias_correction_mu: bool = eqx.field(default=True, static=True)
     bias_correction_nu: bool = eqx.field(default=True, static=True)
 
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> AMSGradState:
-        return _amsgrad_init(self, params)
-
-    def update(self, grads: Updates, state: AMSGradState, params=None, **extra):
-        return _amsgrad_step(self, grads, state, params, _lr(self, state))
-
 
 # --- NAdam ----------------------------------------------------------------------
 
 
-class NAdam(AbstractOptimizer[AdamState]):
+class NAdam(AbstractAdam):
     r"""NAdam: Adam with Nesterov momentum.
 
     $$\bar m_k = \frac{\beta_1 m_k}{1-\beta_1^{k+1}} + \frac{(1-\beta_1)\,g_k}
@@ -470,21 +396,10 @@ class NAdam(AbstractOptimizer[AdamState]):
     eps: ScalarLike = 1e-8
     eps_root: ScalarLike = 0.0
     state_dtype: object = eqx.field(default=None, static=True)
-
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> AdamState:
-        return _zeros(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        moments = adam_moments(self.b1, self.b2, self.eps, self.eps_root, True)
-        return adam_family_step(
-            grads, state, params, moments, descent(_lr(self, state))
-        )
+    nesterov: ClassVar[bool] = True
 
 
-class NAdamW(AbstractOptimizer[AdamState]):
+class NAdamW(AbstractAdam):
     r"""NAdam with decoupled weight decay: the update of [`eqxopt.NAdam`][] plus
     $-\eta_k \lambda\,p_k$ on the leaves `mask` selects. This is `eqxopt.AdamW(...,
     nesterov=True)`; matches `optax.nadamw`.
@@ -527,79 +442,41 @@ class NAdamW(AbstractOptimizer[AdamState]):
     state_dtype: object = eqx.field(default=None, static=True)
     weight_decay: ScalarOrSchedule = 1e-4
     mask: FilterSpec | None = mask_field(default=None)
-
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> AdamState:
-        return _zeros(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        finish, mask = _decayed_descent(self, state, params)
-        moments = adam_moments(self.b1, self.b2, self.eps, self.eps_root, True)
-        return adam_family_step(grads, state, params, moments, finish, mask)
+    nesterov: ClassVar[bool] = True
 
 
 # --- RAdam ----------------------------------------------------------------------
 
 
-def radam_moments(b1, b2, eps, eps_root, threshold, nesterov: bool):
-    def _constants(t):
-        d1, one_minus_d1, d2, one_minus_d2, c1, c2 = _betas(b1, b2, t)
+class AbstractRAdam(AbstractAdamFamily):
+    """RAdam's rectified rule, for [`eqxopt.ScaleByRadam`][] and [`eqxopt.RAdam`][]."""
+
+    eps_root: AbstractVar[ScalarLike]
+    threshold: AbstractVar[ScalarLike]
+    nesterov: AbstractVar[bool]
+
+    def _rule(self, t: Array) -> LeafRule:
+        c = betas(self.b1, self.b2, t, self.nesterov)
         # The length of the approximated SMA, and the variance rectification term
         # (NaN-free also where it is not used).
-        rho_inf = 2 / (1 - d2) - 1
-        b2t = d2**t
-        rho = rho_inf - 2 * t * b2t / (1 - b2t)
-        rectify = rho >= scalar(threshold, t.dtype)
+        rho_inf = 2 / c.one_minus_b2 - 1
+        rho = rho_inf - 2 * t * c.b2**t / c.correction2
+        rectify = rho >= scalar(self.threshold, t.dtype)
         r2 = (rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho)
         r = jnp.sqrt(jnp.where(rectify, r2, 1))
-        c1_next = 1 - d1 ** (t + 1) if nesterov else None
-        eps_, eps_root_ = scalar(eps, t.dtype), scalar(eps_root, t.dtype)
-        return (
-            d1,
-            one_minus_d1,
-            d2,
-            one_minus_d2,
-            c1,
-            c2,
-            c1_next,
-            rectify,
-            r,
-            eps_,
-            eps_root_,
-        )
+        eps, eps_root = scalar(self.eps, t.dtype), optional(self.eps_root, t.dtype)
 
-    constants = per_step(_constants)
+        def moments(g, m, v):
+            m = ema(g, m, c.b1, c.one_minus_b1)
+            v = ema(abs_sq(g), v, c.b2, c.one_minus_b2)
+            m_hat = first_moment_hat(m, g, c)
+            rectified = adaptive(r * m_hat, v / c.correction2, eps, eps_root)
+            return jnp.where(rectify, rectified, m_hat), m, v
 
-    def moments(g, m, v, t):
-        (
-            d1,
-            one_minus_d1,
-            d2,
-            one_minus_d2,
-            c1,
-            c2,
-            c1_next,
-            rectify,
-            r,
-            eps_,
-            eps_root_,
-        ) = constants(t)
-        m = one_minus_d1 * g + d1 * m
-        v = one_minus_d2 * abs_sq(g) + d2 * v
-        if nesterov:
-            m_hat = d1 * (m / c1_next) + one_minus_d1 * (g / c1)
-        else:
-            m_hat = m / c1
-        v_hat = v / c2
-        adaptive = r * m_hat / (jnp.sqrt(v_hat + eps_root_) + eps_)
-        return jnp.where(rectify, adaptive, m_hat), m, v
-
-    return moments
+        return moments
 
 
-class ScaleByRadam(AbstractOptimizer[AdamState]):
+class ScaleByRadam(AbstractRAdam):
     r"""RAdam's rectified preconditioning without the learning rate (see
     [`eqxopt.RAdam`][]). Matches `optax.scale_by_radam`.
 
@@ -628,20 +505,8 @@ class ScaleByRadam(AbstractOptimizer[AdamState]):
     nesterov: bool = eqx.field(default=False, static=True, kw_only=True)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
-    def __check_init__(self):
-        _check(self)
 
-    def init(self, params: Params) -> AdamState:
-        return _zeros(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        moments = radam_moments(
-            self.b1, self.b2, self.eps, self.eps_root, self.threshold, self.nesterov
-        )
-        return adam_family_step(grads, state, params, moments)
-
-
-class RAdam(AbstractOptimizer[AdamState]):
+class RAdam(AbstractRAdam):
     r"""RAdam (Rectified Adam): Adam whose adaptive step is switched on only once the
     variance of the adaptive learning rate is tractable, and then rectified.
 
@@ -692,50 +557,32 @@ class RAdam(AbstractOptimizer[AdamState]):
     nesterov: bool = eqx.field(default=False, static=True, kw_only=True)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> AdamState:
-        return _zeros(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        moments = radam_moments(
-            self.b1, self.b2, self.eps, self.eps_root, self.threshold, self.nesterov
-        )
-        return adam_family_step(
-            grads, state, params, moments, descent(_lr(self, state))
-        )
-
 
 # --- AdaBelief ------------------------------------------------------------------
 
 
-def belief_moments(b1, b2, eps, eps_root, nesterov: bool):
-    def _constants(t):
-        c1_next = 1 - scalar(b1, t.dtype) ** (t + 1) if nesterov else None
-        eps_, eps_root_ = scalar(eps, t.dtype), scalar(eps_root, t.dtype)
-        return *_betas(b1, b2, t), c1_next, eps_, eps_root_
+class AbstractAdaBelief(AbstractAdamFamily):
+    """AdaBelief's rule, for [`eqxopt.ScaleByBelief`][] and [`eqxopt.AdaBelief`][]."""
 
-    constants = per_step(_constants)
+    eps_root: AbstractVar[ScalarLike]
+    nesterov: AbstractVar[bool]
 
-    def moments(g, m, s, t):
-        d1, one_minus_d1, d2, one_minus_d2, c1, c2, c1_next, eps_, eps_root_ = (
-            constants(t)
-        )
-        m = one_minus_d1 * g + d1 * m
-        # Optax's (ema + eps_root), summed in another order: a trailing `+ eps_root`
-        # makes XLA:CPU copy a donated `s` before updating it.
-        s = (one_minus_d2 * abs_sq(g - m) + eps_root_) + d2 * s
-        if nesterov:
-            m_hat = d1 * (m / c1_next) + one_minus_d1 * (g / c1)
-        else:
-            m_hat = m / c1
-        return m_hat / (jnp.sqrt(s / c2) + eps_), m, s
+    def _rule(self, t: Array) -> LeafRule:
+        c = betas(self.b1, self.b2, t, self.nesterov)
+        eps, eps_root = scalar(self.eps, t.dtype), scalar(self.eps_root, t.dtype)
 
-    return moments
+        def moments(g, m, s):
+            m = ema(g, m, c.b1, c.one_minus_b1)
+            # Optax's (ema + eps_root), summed in another order: a trailing `+ eps_root`
+            # makes XLA:CPU copy a donated `s` before updating it.
+            s = (c.one_minus_b2 * abs_sq(g - m) + eps_root) + c.b2 * s
+            m_hat = first_moment_hat(m, g, c)
+            return adaptive(m_hat, s / c.correction2, eps, None), m, s
+
+        return moments
 
 
-class ScaleByBelief(AbstractOptimizer[AdamState]):
+class ScaleByBelief(AbstractAdaBelief):
     r"""AdaBelief's preconditioning without the learning rate (see
     [`eqxopt.AdaBelief`][]). Matches `optax.scale_by_belief`.
 
@@ -763,20 +610,8 @@ class ScaleByBelief(AbstractOptimizer[AdamState]):
     nesterov: bool = eqx.field(default=False, static=True, kw_only=True)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
-    def __check_init__(self):
-        _check(self)
 
-    def init(self, params: Params) -> AdamState:
-        return _zeros(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        moments = belief_moments(
-            self.b1, self.b2, self.eps, self.eps_root, self.nesterov
-        )
-        return adam_family_step(grads, state, params, moments)
-
-
-class AdaBelief(AbstractOptimizer[AdamState]):
+class AdaBelief(AbstractAdaBelief):
     r"""AdaBelief: Adam with the second moment of the gradient's deviation from its
     running mean (the "belief") in place of the raw second moment.
 
@@ -824,50 +659,31 @@ class AdaBelief(AbstractOptimizer[AdamState]):
     nesterov: bool = eqx.field(default=False, static=True, kw_only=True)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> AdamState:
-        return _zeros(self, params)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        moments = belief_moments(
-            self.b1, self.b2, self.eps, self.eps_root, self.nesterov
-        )
-        return adam_family_step(
-            grads, state, params, moments, descent(_lr(self, state))
-        )
-
 
 # --- Yogi -----------------------------------------------------------------------
 
 
-def yogi_moments(b1, b2, eps, eps_root):
-    def _constants(t):
-        return *_betas(b1, b2, t), scalar(eps, t.dtype), scalar(eps_root, t.dtype)
+class AbstractYogi(AbstractAdamFamily):
+    """Yogi's rule, for [`eqxopt.ScaleByYogi`][] and [`eqxopt.Yogi`][]; both moments
+    start at `initial_accumulator_value`."""
 
-    constants = per_step(_constants)
+    eps_root: AbstractVar[ScalarLike]
+    initial_accumulator_value: AbstractVar[ScalarLike]
 
-    def moments(g, m, v, t):
-        d1, one_minus_d1, _, one_minus_d2, c1, c2, eps_, eps_root_ = constants(t)
-        m = one_minus_d1 * g + d1 * m
-        g2 = abs_sq(g)
-        v = v - one_minus_d2 * jnp.sign(v - g2) * g2
-        direction = (m / c1) / (jnp.sqrt(v / c2 + eps_root_) + eps_)
-        return direction, m, v
+    def _rule(self, t: Array) -> LeafRule:
+        c = betas(self.b1, self.b2, t)
+        eps, eps_root = scalar(self.eps, t.dtype), optional(self.eps_root, t.dtype)
 
-    return moments
+        def moments(g, m, v):
+            m = ema(g, m, c.b1, c.one_minus_b1)
+            g2 = abs_sq(g)
+            v = v - c.one_minus_b2 * jnp.sign(v - g2) * g2
+            return adaptive(m / c.correction1, v / c.correction2, eps, eps_root), m, v
 
-
-def _yogi_init(opt, params, value) -> AdamState:
-    return AdamState(
-        zero_count(),
-        full_like(params, value, opt.state_dtype),
-        full_like(params, value, opt.state_dtype),
-    )
+        return moments
 
 
-class ScaleByYogi(AbstractOptimizer[AdamState]):
+class ScaleByYogi(AbstractYogi):
     r"""Yogi's preconditioning without the learning rate (see [`eqxopt.Yogi`][]).
     Both moments start at `initial_accumulator_value`. Matches `optax.scale_by_yogi`.
 
@@ -895,18 +711,8 @@ class ScaleByYogi(AbstractOptimizer[AdamState]):
     initial_accumulator_value: ScalarLike = 1e-6
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
-    def __check_init__(self):
-        _check(self)
 
-    def init(self, params: Params) -> AdamState:
-        return _yogi_init(self, params, self.initial_accumulator_value)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        moments = yogi_moments(self.b1, self.b2, self.eps, self.eps_root)
-        return adam_family_step(grads, state, params, moments)
-
-
-class Yogi(AbstractOptimizer[AdamState]):
+class Yogi(AbstractYogi):
     r"""Yogi: Adam whose second moment moves additively towards $g^2$, so the effective
     learning rate cannot grow abruptly.
 
@@ -949,18 +755,9 @@ class Yogi(AbstractOptimizer[AdamState]):
     b2: ScalarLike = 0.999
     eps: ScalarLike = 1e-3
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
-
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> AdamState:
-        return _yogi_init(self, params, 1e-6)
-
-    def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        moments = yogi_moments(self.b1, self.b2, self.eps, 0.0)
-        return adam_family_step(
-            grads, state, params, moments, descent(_lr(self, state))
-        )
+    # Fixed, as in `optax.yogi` (`eqxopt.ScaleByYogi` has them as fields).
+    eps_root: ClassVar[float] = 0.0
+    initial_accumulator_value: ClassVar[float] = 1e-6
 
 
 # --- argument docs --------------------------------------------------------------

@@ -2,13 +2,14 @@
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     mask_field,
@@ -151,7 +152,7 @@ class ScaleByAdaN(AbstractOptimizer[AdaNState]):
     b3: ScalarLike = 0.99
     eps: ScalarLike = 1e-8
     eps_root: ScalarLike = 0.0
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         _check(self)
@@ -216,7 +217,7 @@ class AdaN(AbstractOptimizer[AdaNState]):
     eps_root: ScalarLike = 1e-8
     weight_decay: ScalarOrSchedule = 0.0
     mask: FilterSpec | None = mask_field(default=None)
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         _check(self)

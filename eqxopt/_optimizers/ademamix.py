@@ -2,13 +2,14 @@
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     mask_field,
@@ -95,7 +96,7 @@ class AdEMAMix(AbstractOptimizer[AdEMAMixState]):
     alpha: ScalarOrSchedule = 5.0
     eps: ScalarLike = 1e-8
     eps_root: ScalarLike = 0.0
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
     weight_decay: ScalarLike = 0.0
     mask: FilterSpec | None = mask_field(default=None)
 

@@ -5,13 +5,14 @@ from collections.abc import Callable
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,
@@ -102,7 +103,7 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
     b1: ScalarLike = 0.9
     b2: ScalarLike = 0.9999
     eps: ScalarLike = 1e-6
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
     nesterov: bool = eqx.field(default=False, static=True, kw_only=True)
     use_clipping: bool = eqx.field(default=True, static=True, kw_only=True)
     clip_value_fn: Callable[[Array], Array] = eqx.field(

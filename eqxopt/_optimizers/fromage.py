@@ -3,10 +3,10 @@
 import jax.numpy as jnp
 
 from .._base import AbstractOptimizer, CountState
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,

@@ -2,18 +2,21 @@
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer, EmptyState
+from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import is_zero
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     mask_field,
     out_dtype,
     pack,
+    per_dtype,
     resolve,
     resolve_filter_spec,
     scalar,
@@ -25,17 +28,23 @@ from .._misc import (
 )
 from .._transform.trace import momentum_step
 from .._transform.weight_decay import decay_mask
-from .adam import adam_family_step, adam_moments, AdamState, is_zero, per_dtype
+from .adam import adam_family_step, adam_moments, AdamState
 
 
-def _norm_at_least(x: Array, min_norm) -> Array:
+def _norm_at_least(x: Array, min_norm: ScalarLike) -> Array:
     """$\\max(\\|x\\|_2, n_{\\min})$ (as `optax.safe_norm`, forward)."""
     norm = jnp.sqrt(jnp.sum(abs_sq(x)))
     floor = scalar(min_norm, norm.dtype)
     return jnp.where(norm <= floor, floor, norm)
 
 
-def trust_ratio(u: Array, p: Array, min_norm=0.0, coefficient=1.0, eps=0.0) -> Array:
+def trust_ratio(
+    u: Array,
+    p: Array,
+    min_norm: ScalarLike = 0.0,
+    coefficient: ScalarLike = 1.0,
+    eps: ScalarLike = 0.0,
+) -> Array:
     """$u \\cdot c\\,\\|p\\| / (\\|u\\| + \\epsilon)$, or $u$ where either norm is 0
     (both norms floored at `min_norm`). `u` is in the compute dtype."""
     p_norm = _norm_at_least(p.astype(u.dtype), min_norm)
@@ -147,7 +156,7 @@ class Lamb(AbstractOptimizer[AdamState]):
     eps_root: ScalarLike = 0.0
     weight_decay: ScalarOrSchedule = 0.0
     mask: FilterSpec | None = mask_field(default=None)
-    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
 
     def __check_init__(self):
         check_hyperparams(
@@ -248,7 +257,7 @@ class Lars(AbstractOptimizer[LarsState]):
     trust_ratio_mask: FilterSpec = mask_field(default=True)
     momentum: ScalarLike = 0.9
     nesterov: bool = eqx.field(default=False, static=True)
-    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
 
     def __check_init__(self):
         check_hyperparams(
@@ -266,7 +275,7 @@ class Lars(AbstractOptimizer[LarsState]):
         wd = resolve(self.weight_decay, state.count)
         wd_mask = decay_mask(self.weight_decay_mask, params)
         tr_mask = resolve_filter_spec(
-            self.trust_ratio_mask, params, what="`trust_ratio_mask`"
+            self.trust_ratio_mask, params, what="`trust_ratio_mask`", bools=True
         )
 
         def _constants(dtype):

@@ -3,17 +3,20 @@
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import descent
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     increment,
     mask_field,
     out_dtype,
     pack,
+    per_dtype,
     resolve,
     scalar,
     tree_map_unzip,
@@ -22,7 +25,6 @@ from .._misc import (
     zeros_like,
 )
 from .._transform.weight_decay import decay_mask
-from .adam import descent, per_dtype
 
 
 @typechecked
@@ -129,7 +131,7 @@ class ScaleByLion(AbstractOptimizer[LionState]):
 
     b1: ScalarLike = 0.9
     b2: ScalarLike = 0.99
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
     mode: str = eqx.field(default="hard", static=True, kw_only=True)
     smooth_beta: ScalarLike = eqx.field(default=1.0, kw_only=True)
 
@@ -200,7 +202,7 @@ class Lion(AbstractOptimizer[LionState]):
     learning_rate: ScalarOrSchedule
     b1: ScalarLike = 0.9
     b2: ScalarLike = 0.99
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
     weight_decay: ScalarOrSchedule = 1e-3
     mask: FilterSpec | None = mask_field(default=None)
 

@@ -11,10 +11,10 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Int32, Key
 
-from .._base import AbstractOptimizer
+from .._base import AbstractOptimizer, scalar_hyperparams
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     increment,
     is_none,
@@ -22,7 +22,6 @@ from .._misc import (
     out_dtype,
     resolve,
     scalar,
-    scalar_hyperparams,
     typechecked,
     zero_count,
 )

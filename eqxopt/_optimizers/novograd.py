@@ -2,17 +2,20 @@
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import is_zero
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,
     pack,
+    per_dtype,
     resolve,
     scalar,
     tree_map,
@@ -21,7 +24,6 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .adam import is_zero, per_dtype
 
 
 @typechecked
@@ -108,7 +110,7 @@ def _novograd_step(opt, grads, state: NovogradState, params, lr=None):
         state.mu,
         state.nu,
         params,
-        names=("grads", "state.mu", "state.nu", "params"),
+        names=("grads", "state.mu", "nu (one per leaf)", "params"),
     )
     return updates, NovogradState(count, mu, nu)
 
@@ -139,7 +141,7 @@ class ScaleByNovograd(AbstractOptimizer[NovogradState]):
     eps: ScalarLike = 1e-8
     eps_root: ScalarLike = 0.0
     weight_decay: ScalarLike = 0.0
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         _check(self)
@@ -195,7 +197,7 @@ class Novograd(AbstractOptimizer[NovogradState]):
     eps: ScalarLike = 1e-6
     eps_root: ScalarLike = 0.0
     weight_decay: ScalarLike = 0.0
-    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
 
     def __check_init__(self):
         _check(self)

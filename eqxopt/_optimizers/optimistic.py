@@ -3,13 +3,14 @@ optimistic Adam (and the `ScaleByOptimisticGradient` building block)."""
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,
@@ -101,7 +102,7 @@ class ScaleByOptimisticGradient(AbstractOptimizer[OptimisticGradientState]):
 
     alpha: ScalarOrSchedule = 1.0
     beta: ScalarOrSchedule = 1.0
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def init(self, params: Params) -> OptimisticGradientState:
         return OptimisticGradientState(
@@ -150,7 +151,7 @@ class OptimisticGradientDescent(AbstractOptimizer[OptimisticGradientState]):
     learning_rate: ScalarOrSchedule
     alpha: ScalarOrSchedule = 1.0
     beta: ScalarOrSchedule = 1.0
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(self, nonnegative=("learning_rate",))
@@ -238,7 +239,7 @@ class OptimisticAdam(AbstractOptimizer[OptimisticAdamState]):
     b2: ScalarLike = eqx.field(default=0.999, kw_only=True)
     eps: ScalarLike = eqx.field(default=1e-8, kw_only=True)
     eps_root: ScalarLike = eqx.field(default=0.0, kw_only=True)
-    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
     nesterov: bool = eqx.field(default=True, static=True, kw_only=True)
 
     def __check_init__(self):

@@ -6,9 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._base import AbstractOptimizer, CountState, EmptyState
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     increment,
     is_param,

@@ -7,12 +7,13 @@ import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
+from jax.typing import DTypeLike
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
-from .._base import AbstractOptimizer
+from .._base import AbstractOptimizer, scalar_hyperparams
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     increment,
     is_param,
@@ -20,7 +21,6 @@ from .._misc import (
     pack,
     resolve,
     scalar,
-    scalar_hyperparams,
     tree_map,
     tree_map_unzip,
     typechecked,
@@ -131,7 +131,7 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
     estim_lr_coef: ScalarLike = 1.0
     weight_decay: ScalarLike = 0.0
     safeguard_warmup: bool = eqx.field(default=False, static=True)
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         if not isinstance(self.betas, tuple) or len(self.betas) != 2:

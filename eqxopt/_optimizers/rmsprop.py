@@ -1,4 +1,7 @@
-"""RMSProp (and its building blocks `ScaleByRms` and `ScaleByStddev`)."""
+"""RMSProp (and its building blocks `ScaleByRms` and `ScaleByStddev`), the three
+final classes of one abstract base, `AbstractRMS`."""
+
+from typing import ClassVar, TYPE_CHECKING
 
 import equinox as eqx
 import jax
@@ -6,14 +9,16 @@ import jax.numpy as jnp
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import ema, full_like
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,
     pack,
+    per_dtype,
     resolve,
     scalar,
     tree_map_unzip,
@@ -22,7 +27,15 @@ from .._misc import (
     zeros_like,
 )
 from .._transform.trace import momentum_step
-from .adam import full_like, per_dtype
+
+
+# Abstract fields: type checkers see a `ClassVar` (as equinox does for its
+# `AbstractClassVar`), so that their model of a final class's `__init__` takes its
+# fields, in Optax's order, from the final class alone, as equinox does at run time.
+if TYPE_CHECKING:
+    from typing import ClassVar as AbstractVar
+else:
+    from equinox import AbstractVar
 
 
 @typechecked
@@ -52,94 +65,106 @@ class RMSPropState(eqx.Module):
     trace: PyTree[Inexact[Array, "..."]] | None
 
 
-def _check(opt):
-    check_hyperparams(
-        opt,
-        nonnegative=("eps", "initial_scale")
-        + (("learning_rate",) if hasattr(opt, "learning_rate") else ()),
-        unit_interval=("decay",) + (("momentum",) if hasattr(opt, "momentum") else ()),
-    )
+class AbstractRMS(AbstractOptimizer[RMSPropState]):
+    r"""Divide by the root of a running (centered, where `centered`) second moment, for
+    [`eqxopt.ScaleByRms`][], [`eqxopt.ScaleByStddev`][] and [`eqxopt.RMSProp`][]. Per
+    leaf: $g / \sqrt{\hat\nu - \hat\mu^2 + \epsilon}$ (the $\mu$ term only when
+    centered; $\epsilon$ outside the root unless `eps_in_sqrt`); where the final class
+    has a `learning_rate`, then times $-\eta$ and through heavy-ball `momentum`."""
+
+    decay: AbstractVar[ScalarLike]
+    eps: AbstractVar[ScalarLike]
+    initial_scale: AbstractVar[ScalarLike]
+    eps_in_sqrt: AbstractVar[bool]
+    centered: AbstractVar[bool]
+    bias_correction: AbstractVar[bool]
+    state_dtype: AbstractVar[object]
+
+    def __check_init__(self):
+        check_hyperparams(
+            self,
+            nonnegative=("eps", "initial_scale")
+            + (("learning_rate",) if hasattr(self, "learning_rate") else ()),
+            unit_interval=("decay",)
+            + (("momentum",) if hasattr(self, "momentum") else ()),
+        )
+
+    def init(self, params: Params) -> RMSPropState:
+        momentum = getattr(self, "momentum", None)
+        return RMSPropState(
+            zero_count(),
+            full_like(params, self.initial_scale, self.state_dtype),
+            zeros_like(params, self.state_dtype) if self.centered else None,
+            None if momentum is None else zeros_like(params, self.state_dtype),
+        )
+
+    def update(self, grads: Updates, state: RMSPropState, params=None, **extra):
+        learning_rate = getattr(self, "learning_rate", None)
+        lr = None if learning_rate is None else resolve(learning_rate, state.count)
+        momentum = getattr(self, "momentum", None)
+        nesterov = getattr(self, "nesterov", False)
+        centered = self.centered
+        count = increment(state.count)
+
+        def _constants(dtype):
+            decay = scalar(self.decay, dtype)
+            correction = None
+            if self.bias_correction:
+                correction = 1 - decay ** count.astype(dtype)
+            neg_lr = None if lr is None else -scalar(lr, dtype)
+            return decay, 1 - decay, correction, scalar(self.eps, dtype), neg_lr
+
+        constants = per_dtype(_constants)  # traced once per update, not once per leaf
+
+        def _leaf(g, nu, mu, trace, p):
+            dtype = compute_dtype(
+                g.dtype, nu.dtype, *(() if mu is None else (mu.dtype,))
+            )
+            decay, one_minus_decay, correction, eps, neg_lr = constants(dtype)
+            g32 = g.astype(dtype)
+            nu32 = ema(abs_sq(g32), nu.astype(dtype), decay, one_minus_decay)
+            nu_hat = nu32 if correction is None else nu32 / correction
+            if centered:
+                assert mu is not None  # `init` made it
+                mu32 = ema(g32, mu.astype(dtype), decay, one_minus_decay)
+                mu_hat = mu32 if correction is None else mu32 / correction
+                # >= 0 in exact arithmetic; clamped so that rounding (e.g. of a float16
+                # `nu`, or at the first bias-corrected step) cannot make the root NaN.
+                var = jnp.maximum(nu_hat - abs_sq(mu_hat), 0)
+                mu = mu32.astype(mu.dtype)
+            else:
+                var = nu_hat
+            if self.eps_in_sqrt:
+                scale = jax.lax.rsqrt(var + eps)
+            else:
+                scale = 1 / (jnp.sqrt(var) + eps)
+            direction = scale * g32
+            if neg_lr is not None:
+                direction = direction * neg_lr
+                direction, trace = momentum_step(direction, trace, momentum, nesterov)
+            return pack(
+                direction.astype(out_dtype(g, p)), nu32.astype(nu.dtype), mu, trace
+            )
+
+        updates, nu, mu, trace = tree_map_unzip(
+            _leaf,
+            4,
+            grads,
+            state.nu,
+            state.mu,
+            state.trace,
+            params,
+            names=("grads", "state.nu", "state.mu", "state.trace", "params"),
+        )
+        return updates, RMSPropState(
+            count,
+            nu,
+            mu if centered else None,
+            None if state.trace is None else trace,
+        )
 
 
-def _init(opt, params, centered: bool, momentum) -> RMSPropState:
-    return RMSPropState(
-        zero_count(),
-        full_like(params, opt.initial_scale, opt.state_dtype),
-        zeros_like(params, opt.state_dtype) if centered else None,
-        None if momentum is None else zeros_like(params, opt.state_dtype),
-    )
-
-
-def _rms_step(
-    opt,
-    grads,
-    state: RMSPropState,
-    params,
-    *,
-    centered: bool,
-    lr=None,
-    momentum=None,
-    nesterov: bool = False,
-):
-    """Per leaf: $g / \\sqrt{\\hat\\nu - \\hat\\mu^2 + \\epsilon}$ (the $\\mu$ term only
-    when centered; $\\epsilon$ outside the root unless `eps_in_sqrt`), then times
-    $-\\eta$ and through heavy-ball momentum if `lr` is given."""
-    count = increment(state.count)
-
-    def _constants(dtype):
-        decay = scalar(opt.decay, dtype)
-        correction = None
-        if opt.bias_correction:
-            correction = 1 - decay ** count.astype(dtype)
-        neg_lr = None if lr is None else -scalar(lr, dtype)
-        return decay, 1 - decay, correction, scalar(opt.eps, dtype), neg_lr
-
-    constants = per_dtype(_constants)  # traced once per update, not once per leaf
-
-    def _leaf(g, nu, mu, trace, p):
-        dtype = compute_dtype(g.dtype, nu.dtype, *(() if mu is None else (mu.dtype,)))
-        decay, one_minus_decay, correction, eps, neg_lr = constants(dtype)
-        g32 = g.astype(dtype)
-        nu32 = one_minus_decay * abs_sq(g32) + decay * nu.astype(dtype)
-        nu_hat = nu32 if correction is None else nu32 / correction
-        if centered:
-            mu32 = one_minus_decay * g32 + decay * mu.astype(dtype)
-            mu_hat = mu32 if correction is None else mu32 / correction
-            # >= 0 in exact arithmetic; clamped so that rounding (e.g. of a float16
-            # `nu`, or at the first bias-corrected step) cannot make the root NaN.
-            var = jnp.maximum(nu_hat - abs_sq(mu_hat), 0)
-            mu = mu32.astype(mu.dtype)
-        else:
-            var = nu_hat
-        if opt.eps_in_sqrt:
-            scale = jax.lax.rsqrt(var + eps)
-        else:
-            scale = 1 / (jnp.sqrt(var) + eps)
-        direction = scale * g32
-        if neg_lr is not None:
-            direction = direction * neg_lr
-            direction, trace = momentum_step(direction, trace, momentum, nesterov)
-        return pack(direction.astype(out_dtype(g, p)), nu32.astype(nu.dtype), mu, trace)
-
-    updates, nu, mu, trace = tree_map_unzip(
-        _leaf,
-        4,
-        grads,
-        state.nu,
-        state.mu,
-        state.trace,
-        params,
-        names=("grads", "state.nu", "state.mu", "state.trace", "params"),
-    )
-    return updates, RMSPropState(
-        count,
-        nu,
-        mu if centered else None,
-        None if state.trace is None else trace,
-    )
-
-
-class ScaleByRms(AbstractOptimizer[RMSPropState]):
+class ScaleByRms(AbstractRMS):
     r"""Divide updates by the root of an exponential moving average of their squares:
 
     $$\nu_k = \rho\,\nu_{k-1} + (1-\rho)\,g_k^2, \qquad
@@ -172,18 +197,10 @@ class ScaleByRms(AbstractOptimizer[RMSPropState]):
     eps_in_sqrt: bool = eqx.field(default=True, static=True)
     bias_correction: bool = eqx.field(default=False, static=True)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
-
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> RMSPropState:
-        return _init(self, params, centered=False, momentum=None)
-
-    def update(self, grads: Updates, state: RMSPropState, params=None, **extra):
-        return _rms_step(self, grads, state, params, centered=False)
+    centered: ClassVar[bool] = False
 
 
-class ScaleByStddev(AbstractOptimizer[RMSPropState]):
+class ScaleByStddev(AbstractRMS):
     r"""Divide updates by a running estimate of their standard deviation (centered
     RMS):
 
@@ -218,18 +235,10 @@ class ScaleByStddev(AbstractOptimizer[RMSPropState]):
     eps_in_sqrt: bool = eqx.field(default=True, static=True)
     bias_correction: bool = eqx.field(default=False, static=True)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
-
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> RMSPropState:
-        return _init(self, params, centered=True, momentum=None)
-
-    def update(self, grads: Updates, state: RMSPropState, params=None, **extra):
-        return _rms_step(self, grads, state, params, centered=True)
+    centered: ClassVar[bool] = True
 
 
-class RMSProp(AbstractOptimizer[RMSPropState]):
+class RMSProp(AbstractRMS):
     r"""RMSProp: divide the gradient by the root of a running average of its square.
 
     $$\nu_k = \rho\,\nu_{k-1} + (1-\rho)\,g_k^2, \qquad
@@ -283,24 +292,6 @@ class RMSProp(AbstractOptimizer[RMSPropState]):
     nesterov: bool = eqx.field(default=False, static=True)
     bias_correction: bool = eqx.field(default=False, static=True)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
-
-    def __check_init__(self):
-        _check(self)
-
-    def init(self, params: Params) -> RMSPropState:
-        return _init(self, params, centered=self.centered, momentum=self.momentum)
-
-    def update(self, grads: Updates, state: RMSPropState, params=None, **extra):
-        return _rms_step(
-            self,
-            grads,
-            state,
-            params,
-            centered=self.centered,
-            lr=resolve(self.learning_rate, state.count),
-            momentum=self.momentum,
-            nesterov=self.nesterov,
-        )
 
 
 _RMS_ARGS = r"""- `decay`: decay rate $\rho$ of the moving averages, in `[0, 1)`.

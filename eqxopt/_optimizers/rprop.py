@@ -2,12 +2,13 @@
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     full_like_leaf,
     out_dtype,
@@ -93,7 +94,7 @@ class Rprop(AbstractOptimizer[RpropState]):
     eta_plus: ScalarLike = 1.2
     min_step_size: ScalarLike = 1e-6
     max_step_size: ScalarLike = 50.0
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(

@@ -12,13 +12,14 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax.typing import DTypeLike
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
-from .._base import AbstractOptimizer
+from .._base import AbstractOptimizer, child_update, scalar_hyperparams
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     is_none,
@@ -26,7 +27,6 @@ from .._misc import (
     pack,
     resolve,
     scalar,
-    scalar_hyperparams,
     tree_map,
     tree_map_unzip,
     typechecked,
@@ -268,7 +268,7 @@ class ScheduleFree(AbstractOptimizer[ScheduleFreeState]):
     learning_rate: ScalarOrSchedule
     b1: ScalarLike = 0.9
     weight_lr_power: ScalarLike = 2.0
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         if not isinstance(self.optimizer, AbstractOptimizer):
@@ -300,8 +300,8 @@ class ScheduleFree(AbstractOptimizer[ScheduleFreeState]):
         _need_params("ScheduleFree", params)
         lr = resolve(self.learning_rate, state.count)
         max_lr, weight_sum, c = _averaging_weight(state, lr, self.weight_lr_power)
-        inner_updates, inner_state = self.optimizer.update(
-            grads, state.inner_state, params, **extra
+        inner_updates, inner_state = child_update(
+            self.optimizer, ".inner_state", grads, state.inner_state, params, **extra
         )
 
         def _leaf(u, z, y):
@@ -403,7 +403,7 @@ class ScheduleFreeSGD(AbstractOptimizer[ScheduleFreeSGDState]):
     b1: ScalarLike = 0.9
     weight_decay: ScalarOrSchedule | None = None
     weight_lr_power: ScalarLike = 2.0
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(
@@ -538,7 +538,7 @@ class ScheduleFreeAdamW(AbstractOptimizer[ScheduleFreeAdamWState]):
     eps: ScalarLike = 1e-8
     weight_decay: ScalarOrSchedule = 0.0
     weight_lr_power: ScalarLike = 2.0
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(

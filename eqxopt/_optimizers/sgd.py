@@ -1,10 +1,11 @@
 import equinox as eqx
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,
@@ -69,7 +70,7 @@ class SGD(AbstractOptimizer[SGDState]):
     learning_rate: ScalarOrSchedule
     momentum: ScalarLike | None = None
     nesterov: bool = eqx.field(default=False, static=True)
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(
@@ -84,7 +85,8 @@ class SGD(AbstractOptimizer[SGDState]):
         lr = resolve(self.learning_rate, state.count)
         # Cast once per update and dtype, not once per leaf.
         neg_lr = per_dtype(lambda dtype: -scalar(lr, dtype))
-        decay = per_dtype(lambda dtype: scalar(self.momentum, dtype))
+        beta = self.momentum
+        decay = per_dtype(lambda dtype: None if beta is None else scalar(beta, dtype))
 
         def _leaf(g, t, p):
             momentum = None

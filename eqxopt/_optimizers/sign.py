@@ -2,12 +2,13 @@
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer, CountState, EmptyState
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,
@@ -163,7 +164,7 @@ class Signum(AbstractOptimizer[SignumState]):
 
     learning_rate: ScalarOrSchedule
     beta: ScalarLike = 0.9
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(self, nonnegative=("learning_rate",), unit_interval=("beta",))

@@ -5,13 +5,14 @@ import functools as ft
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     is_none,
@@ -169,7 +170,7 @@ class ScaleBySM3(AbstractOptimizer[SM3State]):
     b1: ScalarLike | None = 0.9
     b2: ScalarLike = 1.0
     eps: ScalarLike = 1e-8
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(
@@ -233,7 +234,7 @@ class SM3(AbstractOptimizer[SM3State]):
 
     learning_rate: ScalarOrSchedule
     momentum: ScalarLike | None = 0.9
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     b2 = 1.0
     eps = 1e-8

@@ -3,23 +3,27 @@
 from typing import Any
 
 import equinox as eqx
+import jax
+import jax.core
 import jax.lax as lax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Inexact, Int32, PyTree
 
-from .._base import AbstractOptimizer
+from .._base import AbstractOptimizer, check_optimizer, child_update, scalar_hyperparams
 from .._custom_types import Params, ScalarOrSchedule, Updates
 from .._misc import (
     compute_dtype,
     increment,
+    pack,
     resolve,
-    scalar_hyperparams,
     tree_map,
+    tree_map_unzip,
     typechecked,
     zero_count,
     zeros_like,
 )
-from .nan import check_optimizer, like_zero_updates, zero_updates
+from .nan import like_zero_updates, zero_updates
 
 
 @typechecked
@@ -31,8 +35,9 @@ class MultiStepsState(eqx.Module):
         evaluated at it.
     - `inner_state`: the wrapped optimizer's state, changed only at boundaries.
     - `acc_grads`: the running mean (or sum) of the current window's gradients, one
-        leaf per param, in `accumulator_dtype` (default: the param's). After a
-        boundary it still holds the window just applied; the next call replaces it.
+        leaf per param, in `accumulator_dtype` (default: the param's). The call that
+        applies a window resets it to zero (with a select), so no state holds a NaN
+        or inf from a window that was already applied.
     - `last_applied`: whether the last call applied an inner update.
 
     !!! Example
@@ -59,8 +64,27 @@ class MultiStepsState(eqx.Module):
     last_applied: Bool[Array, ""]
 
 
+def _check_every_k(k, what: str) -> None:
+    """`every_k`, or a schedule's concrete value, must be an integer >= 1."""
+    if isinstance(k, jax.core.Tracer):
+        return
+    if (
+        isinstance(k, (bool, np.bool_, str))
+        or k is None
+        or np.ndim(k) != 0
+        or np.iscomplexobj(k)
+        or not float(k) >= 1
+        or float(k) != int(float(k))
+    ):
+        raise ValueError(
+            f"`MultiSteps(every_k=...)` must be an integer >= 1 or a schedule of "
+            f"such integers, got {what}{k!r}."
+        )
+
+
 def _every_k(value) -> Int32[Array, ""]:
     """A (possibly scheduled) window length as an int32 scalar, at least 1."""
+    _check_every_k(value, "a schedule giving ")  # where the value is concrete
     k = jnp.asarray(value)
     if jnp.issubdtype(k.dtype, jnp.inexact):
         k = jnp.round(k)
@@ -123,13 +147,13 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
     def __check_init__(self):
         check_optimizer("MultiSteps", "optimizer", self.optimizer)
         k = self.every_k
-        if isinstance(k, bool) or (
-            isinstance(k, (int, float)) and (k < 1 or int(k) != k)
-        ):
-            raise ValueError(
-                f"`MultiSteps(every_k=...)` must be an integer >= 1 or a schedule, "
-                f"got {k!r}."
-            )
+        if callable(k) and not isinstance(k, (jax.Array, np.ndarray)):
+            # A schedule is checked where its value is concrete: at the first window
+            # here (unless built under a trace), and at every eager update.
+            with jax.ensure_compile_time_eval():
+                _check_every_k(k(jnp.zeros((), jnp.int32)), "a schedule giving ")
+        else:
+            _check_every_k(k, "")
 
     def init(self, params: Params) -> MultiStepsState:
         return MultiStepsState(
@@ -141,8 +165,9 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
         )
 
     def _accumulate(self, grads, state: MultiStepsState):
-        """`(emit, acc)`: whether this call completes a window, and the window's running
-        mean (or sum) including `grads`, in one fused elementwise pass."""
+        """`(emit, acc, next_acc)`: whether this call completes a window, the window's
+        running mean (or sum) including `grads`, and the accumulator to store (zero
+        after a completed window), in one fused elementwise pass."""
         k = _every_k(resolve(self.every_k, state.gradient_step))
         n = state.mini_step
         emit = n + 1 >= k
@@ -154,38 +179,42 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
                 new = acc32 + (g32 - acc32) / (n + 1).astype(dtype)  # Welford
             else:
                 new = acc32 + g32
-            # The first gradient of a window replaces the accumulator: a select, so
-            # whatever the last window left there (a NaN included) cannot leak into
-            # this one. (Multiplying by zero would keep a NaN: nan * 0 is nan.)
-            return jnp.where(n == 0, g32, new).astype(acc.dtype)
+            # The first gradient of a window replaces the accumulator, and a completed
+            # window leaves zeros: selects, so a NaN of one window can neither leak
+            # into the next nor stay in the state. (Multiplying by zero would keep a
+            # NaN: nan * 0 is nan.)
+            new = jnp.where(n == 0, g32, new).astype(acc.dtype)
+            return pack(new, jnp.where(emit, jnp.zeros_like(new), new))
 
-        acc = tree_map(
-            _leaf, grads, state.acc_grads, names=("grads", "state.acc_grads")
+        acc, next_acc = tree_map_unzip(
+            _leaf, 2, grads, state.acc_grads, names=("grads", "state.acc_grads")
         )
-        return emit, acc
+        return emit, acc, next_acc
 
     def _inner_update(self, acc, grads, inner_state, params, extra):
         """The inner optimizer's update for the window's mean (in the grads' dtype)."""
         mean = tree_map(
             lambda g, a: a.astype(g.dtype), grads, acc, names=("grads", "acc")
         )
-        updates, inner_state = self.optimizer.update(mean, inner_state, params, **extra)
+        updates, inner_state = child_update(
+            self.optimizer, ".inner_state", mean, inner_state, params, **extra
+        )
         zeros = zero_updates(grads, params)
         return like_zero_updates(updates, zeros, "MultiSteps"), inner_state
 
-    def _new_state(self, state, emit, acc, inner_state) -> MultiStepsState:
+    def _new_state(self, state, emit, next_acc, inner_state) -> MultiStepsState:
         return MultiStepsState(
             mini_step=jnp.where(emit, zero_count(), increment(state.mini_step)),
             gradient_step=jnp.where(
                 emit, increment(state.gradient_step), state.gradient_step
             ),
             inner_state=inner_state,
-            acc_grads=acc,
+            acc_grads=next_acc,
             last_applied=emit,
         )
 
     def update(self, grads: Updates, state: MultiStepsState, params=None, **extra):
-        emit, acc = self._accumulate(grads, state)
+        emit, acc, next_acc = self._accumulate(grads, state)
 
         def _apply(acc, inner_state):
             return self._inner_update(acc, grads, inner_state, params, extra)
@@ -197,14 +226,14 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
         # boundaries it passes through untouched (in place inside a `lax.scan`; at
         # the top level of a jitted step, `step` with donated model and state).
         updates, inner_state = lax.cond(emit, _apply, _skip, acc, state.inner_state)
-        return updates, self._new_state(state, emit, acc, inner_state)
+        return updates, self._new_state(state, emit, next_acc, inner_state)
 
     def step(self, model: Params, grads: Updates, state: MultiStepsState, **extra):
         """As [`eqxopt.AbstractOptimizer.step`][] (`update`, then
         `eqx.apply_updates`), with the updates applied inside the boundary branch:
         an accumulating call reads the grads and the accumulator, writes the
         accumulator, and leaves the model untouched (no zero updates are added)."""
-        emit, acc = self._accumulate(grads, state)
+        emit, acc, next_acc = self._accumulate(grads, state)
         dynamic, static = eqx.partition(model, eqx.is_array)
 
         def _apply(dynamic, acc, inner_state):
@@ -221,7 +250,7 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
         dynamic, inner_state = lax.cond(
             emit, _apply, _skip, dynamic, acc, state.inner_state
         )
-        new_state = self._new_state(state, emit, acc, inner_state)
+        new_state = self._new_state(state, emit, next_acc, inner_state)
         return eqx.combine(dynamic, static), new_state
 
     def has_updated(self, state: MultiStepsState) -> Bool[Array, ""]:

@@ -4,10 +4,10 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from .._base import AbstractOptimizer, EmptyState
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, Updates
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     out_dtype,
     scalar,

@@ -4,7 +4,11 @@ import jax.numpy as jnp
 
 from .._base import AbstractOptimizer, EmptyState
 from .._custom_types import Params, Updates
-from .._misc import compute_dtype, out_dtype, tree_map
+from .._misc import (
+    compute_dtype,
+    out_dtype,
+    tree_map,
+)
 
 
 class Centralize(AbstractOptimizer[EmptyState]):

@@ -1,6 +1,6 @@
 from typing import Any
 
-from .._base import AbstractOptimizer
+from .._base import AbstractOptimizer, child_update
 from .._custom_types import Params, Updates
 
 
@@ -51,8 +51,10 @@ class Chain(AbstractOptimizer[tuple]):
                 "is not a tuple of as many states; pass the state its `init` returned."
             )
         new_state = []
-        for opt, sub_state in zip(self.optimizers, state):
-            grads, sub_state = opt.update(grads, sub_state, params, **extra)
+        for i, (opt, sub_state) in enumerate(zip(self.optimizers, state)):
+            grads, sub_state = child_update(
+                opt, f"[{i}]", grads, sub_state, params, **extra
+            )
             new_state.append(sub_state)
         return grads, tuple(new_state)
 

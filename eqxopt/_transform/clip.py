@@ -1,9 +1,9 @@
 import jax.numpy as jnp
 
 from .._base import AbstractOptimizer, EmptyState
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     global_norm,
     out_dtype,

@@ -5,18 +5,18 @@ from typing import Any, Generic
 
 import equinox as eqx
 import jax.numpy as jnp
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
-from .._base import AbstractOptimizer
+from .._base import AbstractOptimizer, child_update, scalar_hyperparams
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, State, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,
     pack,
     scalar,
-    scalar_hyperparams,
     tree_map,
     tree_map_unzip,
     typechecked,
@@ -79,7 +79,7 @@ class EMA(AbstractOptimizer[EMAState]):
 
     decay: ScalarLike
     debias: bool = eqx.field(default=True, static=True)
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(self, unit_interval=("decay",))
@@ -166,7 +166,7 @@ class ParamsEMA(AbstractOptimizer[ParamsEMAState]):
     optimizer: AbstractOptimizer
     decay: ScalarLike = 0.999
     debias: bool = eqx.field(default=True, static=True)
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         if not isinstance(self.optimizer, AbstractOptimizer):
@@ -190,8 +190,8 @@ class ParamsEMA(AbstractOptimizer[ParamsEMAState]):
     def update(self, grads: Updates, state: ParamsEMAState, params=None, **extra):
         if params is None:
             raise ValueError("`ParamsEMA.update` needs `params`.")
-        updates, inner_state = self.optimizer.update(
-            grads, state.inner_state, params, **extra
+        updates, inner_state = child_update(
+            self.optimizer, ".inner_state", grads, state.inner_state, params, **extra
         )
 
         def _leaf(u, p, e):

@@ -5,17 +5,17 @@ from typing import Any, Generic
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
-from .._base import AbstractOptimizer
+from .._base import AbstractOptimizer, child_update, scalar_hyperparams
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, State, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     out_dtype,
     pack,
     scalar,
-    scalar_hyperparams,
     tree_map,
     tree_map_unzip,
     typechecked,
@@ -99,7 +99,7 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
     sync_period: int = eqx.field(static=True)
     slow_step_size: ScalarLike
     reset_state: bool = eqx.field(default=False, static=True)
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         if not isinstance(self.fast_optimizer, AbstractOptimizer):
@@ -124,8 +124,8 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
     def update(self, grads: Updates, state: LookaheadState, params=None, **extra):
         if params is None:
             raise ValueError("`Lookahead.update` needs `params` (the fast params).")
-        updates, fast_state = self.fast_optimizer.update(
-            grads, state.fast_state, params, **extra
+        updates, fast_state = child_update(
+            self.fast_optimizer, ".fast_state", grads, state.fast_state, params, **extra
         )
         sync = state.steps_since_sync == self.sync_period - 1
 

@@ -6,10 +6,11 @@ from typing import Any
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.tree_util as jtu
 import numpy as np
 
-from .._base import AbstractOptimizer
+from .._base import AbstractOptimizer, check_optimizer, child_update
 from .._custom_types import FilterSpec, Params, Updates
 from .._misc import (
     is_none,
@@ -20,37 +21,10 @@ from .._misc import (
     tree_map,
     typechecked,
 )
-from .nan import check_optimizer
 
 
 def _is_callable_spec(x) -> bool:
     return callable(x) and not isinstance(x, eqx.Module)
-
-
-def _only_on_params(fn):
-    """A per-leaf callable of a filter spec, called on optimised leaves only (so
-    `lambda p: p.ndim == 2` never sees a model's activation function)."""
-
-    def wrapped(x):
-        return fn(x) if is_param(x) else None
-
-    return wrapped
-
-
-def resolve_spec(spec: FilterSpec, params, *, what: str):
-    """A tree with the structure of `params` holding one value of the filter spec per
-    optimised leaf, and `None` at every other leaf. An `eqx.Module` in the spec is a
-    tree, never called."""
-    spec = jtu.tree_map(
-        lambda s: _only_on_params(s) if _is_callable_spec(s) else s,
-        spec,
-        is_leaf=_is_callable_spec,
-    )
-    stripped = tree_map(lambda p: p, params)
-    values = resolve_filter_spec(spec, stripped, what=what)
-    return jtu.tree_map(
-        lambda p, v: v if is_param(p) else None, stripped, values, is_leaf=is_none
-    )
 
 
 def _path_values(tree) -> list[tuple[str, Any]]:
@@ -58,36 +32,13 @@ def _path_values(tree) -> list[tuple[str, Any]]:
     return [(jtu.keystr(path), v) for path, v in leaves]
 
 
-def _is_traced(x) -> bool:
-    return isinstance(x, jax.core.Tracer)
-
-
 def resolve_mask(mask: FilterSpec, params, *, what: str):
     """The mask as a tree of Python bools (one per optimised leaf, `None` elsewhere)."""
-    values = resolve_spec(mask, params, what=what)
-    paths = dict(_path_values(tree_map(lambda p: p, params)))
+    return resolve_filter_spec(mask, params, what=what, bools=True)
 
-    def _as_bool(path, v):
-        if v is None and paths.get(path) is None:
-            return None
-        if isinstance(v, (bool, np.bool_)):
-            return bool(v)
-        if isinstance(v, (jax.Array, np.ndarray)) and not _is_traced(v):
-            if np.shape(v) == () and np.asarray(v).dtype == np.bool_:
-                return bool(v)
-        hint = (
-            " It is a traced array: decide the mask from static information (shapes, "
-            "dtypes, the tree), not from values, and keep its leaves Python bools."
-            if _is_traced(v)
-            else ""
-        )
-        raise ValueError(
-            f"eqxopt: the {what} must give one bool per param leaf, but at "
-            f"`params{path}` it gives {v!r}.{hint}"
-        )
 
-    flat = [_as_bool(path, v) for path, v in _path_values(values)]
-    return jtu.tree_unflatten(jtu.tree_structure(values, is_leaf=is_none), flat)
+# Muon's routing resolves its `matrix_mask` like any other filter spec.
+resolve_spec = resolve_filter_spec
 
 
 def select(tree, mask, keep: bool = True):
@@ -171,8 +122,13 @@ class Masked(AbstractOptimizer[MaskedState]):
         mask = self._mask(grads if params is None else params)
         tree_map(lambda g, m: g, grads, mask, names=("grads", "mask"))  # structure
         inner_params = None if params is None else select(params, mask)
-        inner_updates, inner_state = self.optimizer.update(
-            select(grads, mask), state.inner_state, inner_params, **extra
+        inner_updates, inner_state = child_update(
+            self.optimizer,
+            ".inner_state",
+            select(grads, mask),
+            state.inner_state,
+            inner_params,
+            **extra,
         )
         if params is None:
             params = jtu.tree_map(lambda _: None, grads, is_leaf=is_none)
@@ -274,7 +230,7 @@ class Partition(AbstractOptimizer[PartitionState]):
     optimizers: dict
     labels: FilterSpec = mask_field()
 
-    def __init__(self, optimizers: Mapping[Hashable, AbstractOptimizer], labels):
+    def __init__(self, optimizers: Mapping[Any, AbstractOptimizer], labels):
         if not isinstance(optimizers, Mapping) or not optimizers:
             raise ValueError(
                 "`Partition(optimizers=...)` must be a non-empty dict mapping each "
@@ -308,7 +264,7 @@ class Partition(AbstractOptimizer[PartitionState]):
             )
 
     def _labels(self, tree):
-        labels = resolve_spec(self.labels, tree, what="`Partition` labels")
+        labels = resolve_filter_spec(self.labels, tree, what="`Partition` labels")
         for path, label in _path_values(labels):
             if label is None:
                 continue
@@ -340,7 +296,9 @@ class Partition(AbstractOptimizer[PartitionState]):
         new_states = {}
         for label, opt in self.optimizers.items():
             group = _group(labels, label)
-            group_updates, new_states[label] = opt.update(
+            group_updates, new_states[label] = child_update(
+                opt,
+                f".inner_states[{label!r}]",
                 select(grads, group),
                 state.inner_states[label],
                 None if params is None else select(params, group),

@@ -9,28 +9,18 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Int32, PyTree
 
-from .._base import AbstractOptimizer
+from .._base import AbstractOptimizer, check_optimizer, child_update, scalar_hyperparams
 from .._custom_types import Params, Updates
 from .._misc import (
     increment,
     is_none,
     is_param,
     out_dtype,
-    scalar_hyperparams,
     tree_map,
     typechecked,
     zero_count,
     zeros_like_leaf,
 )
-
-
-def check_optimizer(wrapper: str, name: str, value) -> None:
-    """`ValueError` unless `value` is an eqxopt optimizer (shared by the wrappers)."""
-    if not isinstance(value, AbstractOptimizer):
-        raise ValueError(
-            f"`{wrapper}({name}=...)` must be an eqxopt optimizer, got "
-            f"{type(value).__name__}. Wrap Optax transforms with `eqxopt.from_optax`."
-        )
 
 
 def zero_updates(grads, params):
@@ -257,7 +247,9 @@ class ApplyIfFinite(AbstractOptimizer[ApplyIfFiniteState]):
         apply = finite | (notfinite_count > self.max_consecutive_errors)
 
         def _apply(inner_state):
-            return self.optimizer.update(grads, inner_state, params, **extra)
+            return child_update(
+                self.optimizer, ".inner_state", grads, inner_state, params, **extra
+            )
 
         updates, inner_state = skip_or_apply(
             apply, _apply, grads, params, state.inner_state, "ApplyIfFinite"

@@ -4,7 +4,10 @@ import jax.numpy as jnp
 
 from .._base import AbstractOptimizer, EmptyState
 from .._custom_types import Params, Updates
-from .._misc import out_dtype, tree_map
+from .._misc import (
+    out_dtype,
+    tree_map,
+)
 
 
 class KeepParamsNonnegative(AbstractOptimizer[EmptyState]):

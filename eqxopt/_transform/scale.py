@@ -1,7 +1,7 @@
 from .._base import AbstractOptimizer, CountState, EmptyState
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,

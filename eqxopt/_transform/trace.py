@@ -1,10 +1,11 @@
 import equinox as eqx
+from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, PyTree
 
 from .._base import AbstractOptimizer
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     out_dtype,
     pack,
@@ -78,7 +79,7 @@ class Trace(AbstractOptimizer[TraceState]):
 
     decay: ScalarLike
     nesterov: bool = eqx.field(default=False, static=True)
-    state_dtype: object = eqx.field(default=None, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(self, unit_interval=("decay",))

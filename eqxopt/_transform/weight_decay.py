@@ -1,7 +1,7 @@
 from .._base import AbstractOptimizer, CountState
+from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarOrSchedule, Updates
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     increment,
     mask_field,
@@ -19,7 +19,7 @@ def decay_mask(mask: FilterSpec | None, params: Params):
     """A tree of bools (one per param leaf) from a weight-decay filter spec."""
     if mask is None:
         return None
-    return resolve_filter_spec(mask, params, what="weight-decay `mask`")
+    return resolve_filter_spec(mask, params, what="weight-decay `mask`", bools=True)
 
 
 class AddDecayedWeights(AbstractOptimizer[CountState]):

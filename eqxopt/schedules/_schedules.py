@@ -13,22 +13,27 @@ schedule works under `jax_numpy_dtype_promotion("strict")`.
 """
 
 import abc
+import dataclasses
 import functools as ft
 import operator
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Literal
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, overload
+from typing_extensions import TypeIs
 
 import equinox as eqx
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike
+
+from .._checks import concrete_scalar
 
 
 # --- helpers ---
 
 
-def _is_array(x) -> bool:
+def _is_array(x) -> TypeIs[jax.Array | np.ndarray | np.bool_ | np.number]:
     return isinstance(x, (jax.Array, np.ndarray, np.generic))
 
 
@@ -43,7 +48,11 @@ def _float_dtype(*values) -> np.dtype:
     return jax.dtypes.canonicalize_dtype(dtype)  # NumPy float64 without x64
 
 
-def _value(x, dtype):
+@overload
+def _value(x: ArrayLike, dtype) -> Array | complex: ...
+@overload
+def _value(x: None, dtype) -> None: ...
+def _value(x: ArrayLike | None, dtype) -> Array | complex | None:
     """Python numbers pass through (weakly typed); arrays are cast to `dtype`."""
     if _is_array(x):
         return jnp.asarray(x).astype(dtype)
@@ -67,16 +76,17 @@ def _concrete(x) -> float | None:
         return float(x)
     if _is_array(x) and np.ndim(x) == 0:
         try:
-            return float(x)  # pyright: ignore
+            return float(x)
         except (TypeError, ValueError):
             return None
     return None
 
 
-def _static_int(x):
+def _static_int(x: ArrayLike) -> int:
     """Converter for static step counts: integral numbers become Python ints.
 
-    Anything else is kept as it is, for `__check_init__` to reject with the field name.
+    Anything else is kept as it is, for `__check_init__` to reject with the field name
+    (so the `int` return type holds for every schedule that gets constructed).
     """
     if isinstance(x, jax.core.Tracer):
         raise TypeError(
@@ -88,16 +98,21 @@ def _static_int(x):
     if _is_array(x) and np.ndim(x) == 0:
         x = np.asarray(x).item()
     try:
-        return operator.index(x)
+        return operator.index(x)  # pyright: ignore[reportArgumentType]  # duck-typed
     except TypeError:
         pass
     if isinstance(x, float) and x.is_integer():
         return int(x)
-    return x
+    return x  # pyright: ignore[reportReturnType]  # rejected by `__check_init__`
 
 
-def _static_float(x):
-    """Converter for static fractions (`pct_start`, `timescale`)."""
+@overload
+def _static_float(x: ArrayLike) -> float: ...
+@overload
+def _static_float(x: None) -> None: ...
+def _static_float(x: ArrayLike | None) -> float | None:
+    """Converter for static fractions (`pct_start`, `timescale`): 0-d arrays become
+    Python numbers. Anything else is kept as it is, for `__check_init__` to reject."""
     if isinstance(x, jax.core.Tracer):
         raise TypeError(
             "eqxopt.schedules: this field is static and cannot be traced; pass a "
@@ -105,14 +120,16 @@ def _static_float(x):
         )
     if _is_array(x) and np.ndim(x) == 0:
         return np.asarray(x).item()
-    return x
+    return x  # pyright: ignore[reportReturnType]  # rejected by `__check_init__`
 
 
-def _static_ints(xs):
+def _static_ints(xs: Iterable[ArrayLike]) -> tuple[int, ...]:
     return tuple(_static_int(x) for x in xs)
 
 
-def _scales(boundaries_and_scales):
+def _scales(
+    boundaries_and_scales: Mapping[Any, ArrayLike] | None,
+) -> dict[int, ArrayLike] | None:
     """Converter for `boundaries_and_scales`: a new dict, sorted by step, int keys."""
     if boundaries_and_scales is None:
         return None
@@ -250,6 +267,17 @@ def _piecewise_interpolate(t, interpolate_type, init_value, boundaries_and_scale
 # --- the schedules ---
 
 
+_VALUE_FIELDS = ("value", "init_value", "peak_value", "end_value")
+_SHAPE_FIELDS = (
+    "alpha",
+    "decay_rate",
+    "div_factor",
+    "final_div_factor",
+    "exponent",
+    "power",
+)
+
+
 class AbstractSchedule(eqx.Module):
     """Base class of all schedules: a Module mapping a step count to a scalar.
 
@@ -276,6 +304,21 @@ class AbstractSchedule(eqx.Module):
         opt = eqxopt.SGD(InverseTime(1e-2, 100.0))
         ```
     """
+
+    def __check_init__(self):
+        # Every schedule validates its own numbers (API.md section 1): values are
+        # step sizes or rates, so real scalars >= 0; the shape parameters are real
+        # scalars. Tracers pass through. Each class checks its own ranges too.
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name, None)
+            if value is None and field.default is None:
+                continue  # an optional value left out
+            if field.name in _VALUE_FIELDS:
+                v = concrete_scalar(self, field.name, value)
+                if v is not None and not v >= 0:
+                    _fail(self, field.name, ">= 0", value)
+            elif field.name in _SHAPE_FIELDS:
+                concrete_scalar(self, field.name, value)
 
     @abc.abstractmethod
     def __call__(self, count: ArrayLike) -> Array:
@@ -907,7 +950,7 @@ class Join(AbstractSchedule):
         dtype = _float_dtype(*outs)
         out = outs[0].astype(dtype)
         for boundary, value in zip(self.boundaries, outs[1:]):
-            out = jnp.where(count < boundary, out, value.astype(dtype))
+            out = jnp.where(jnp.asarray(count) < boundary, out, value.astype(dtype))
         return out
 
 

@@ -11,7 +11,16 @@ from ..helpers import Case
 SCHEDULE_RTOL64, SCHEDULE_ATOL64 = 1e-6, 1e-8
 
 CASES = [
-    Case("sgd", lambda: eqxopt.SGD(0.1), lambda: optax.sgd(0.1)),
+    Case(
+        "sgd",
+        lambda: eqxopt.SGD(0.1),
+        lambda: optax.sgd(0.1),
+        bad=(
+            (lambda: eqxopt.SGD(-0.1), "learning_rate"),
+            (lambda: eqxopt.SGD(0.1, momentum=1.0), "momentum"),
+            (lambda: eqxopt.SGD(0.1, momentum=-0.5), "momentum"),
+        ),
+    ),
     Case(
         "sgd_momentum",
         lambda: eqxopt.SGD(0.1, momentum=0.9),
@@ -22,7 +31,18 @@ CASES = [
         lambda: eqxopt.SGD(0.05, momentum=0.8, nesterov=True),
         lambda: optax.sgd(0.05, momentum=0.8, nesterov=True),
     ),
-    Case("adam", lambda: eqxopt.Adam(1e-2), lambda: optax.adam(1e-2)),
+    Case(
+        "adam",
+        lambda: eqxopt.Adam(1e-2),
+        lambda: optax.adam(1e-2),
+        bad=(
+            (lambda: eqxopt.Adam(-1e-3), "learning_rate"),
+            (lambda: eqxopt.Adam(1e-3, b1=1.0), "b1"),
+            (lambda: eqxopt.Adam(1e-3, b2=-0.1), "b2"),
+            (lambda: eqxopt.Adam(1e-3, eps=-1e-8), "eps"),
+            (lambda: eqxopt.Adam(1e-3, eps_root=-1.0), "eps_root"),
+        ),
+    ),
     Case(
         "adam_nesterov",
         lambda: eqxopt.Adam(1e-2, b1=0.8, b2=0.99, eps=1e-6, nesterov=True),
@@ -37,6 +57,10 @@ CASES = [
         "adamw",
         lambda: eqxopt.AdamW(1e-2, weight_decay=0.1),
         lambda: optax.adamw(1e-2, weight_decay=0.1),
+        bad=(
+            (lambda: eqxopt.AdamW(1e-3, weight_decay=-0.1), "weight_decay"),
+            (lambda: eqxopt.AdamW(1e-3, b1=1.5), "b1"),
+        ),
     ),
     Case(
         "adamw_mask",
@@ -95,6 +119,10 @@ CASES = [
         ),
         rtol64=SCHEDULE_RTOL64,
         atol64=SCHEDULE_ATOL64,
+        bad=(
+            (lambda: eqxopt.ClipByGlobalNorm(-1.0), "max_norm"),
+            (lambda: eqxopt.AddDecayedWeights(-1.0), "weight_decay"),
+        ),
     ),
     Case(
         "chain_clip_trace_scale",
@@ -104,5 +132,6 @@ CASES = [
         lambda: optax.chain(
             optax.clip(0.5), optax.trace(0.9, nesterov=True), optax.scale(-0.05)
         ),
+        bad=((lambda: eqxopt.Clip(-1.0), "max_delta"),),
     ),
 ]

@@ -1,4 +1,4 @@
-"""The second half of the catalogue: Adadelta, sign methods, Fromage, gradient noise,
+"""Variants beyond the adaptive family: Adadelta, sign methods, Fromage, gradient noise,
 Polyak SGD, SM3, Prodigy, ADOPT, AdEMAMix, Adan, Lookahead, and the small transforms
 (Centralize, AGC, EMA, ParamsEMA, KeepParamsNonnegative, block scalings)."""
 
@@ -53,11 +53,14 @@ def _fast_only(lookahead):
         slow = jax.tree.map(jnp.copy, params)  # own buffers: (params, state) donatable
         return lookahead.init(optax.LookaheadParams.init_synced(params)), slow
 
-    def update(grads, state, params=None, **extra):
+    def update(updates, state, params=None, **extra):
+        if params is None:
+            raise ValueError("optax.lookahead needs `params`.")
         inner, slow = state
         pair = optax.LookaheadParams(fast=params, slow=slow)
-        updates, inner = lookahead.update(grads, inner, pair)
-        return updates.fast, (inner, optax.apply_updates(slow, updates.slow))
+        pair_updates, inner = lookahead.update(updates, inner, pair)
+        new_slow = optax.apply_updates(slow, pair_updates.slow)
+        return pair_updates.fast, (inner, new_slow)
 
     return optax.GradientTransformationExtraArgs(init, update)
 
@@ -82,9 +85,11 @@ def _with_params_ema(tx, decay):
         zeros = jax.tree.map(jnp.zeros_like, params)
         return tx.init(params), zeros, jnp.zeros((), jnp.int32)
 
-    def update(grads, state, params=None, **extra):
+    def update(updates, state, params=None, **extra):
+        if params is None:
+            raise ValueError("`_with_params_ema` needs `params`.")
         inner, ema, count = state
-        updates, inner = tx.update(grads, inner, params)
+        updates, inner = tx.update(updates, inner, params)
         new_params = optax.apply_updates(params, updates)
         ema = optax.incremental_update(new_params, ema, 1 - decay)
         return updates, (inner, ema, count + 1)
@@ -106,6 +111,12 @@ CASES = [
         lambda: optax.adadelta(
             0.5, rho=0.8, eps=1e-5, weight_decay=0.01, weight_decay_mask=_ndim2
         ),
+        bad=(
+            (lambda: eqxopt.Adadelta(-1.0), "learning_rate"),
+            (lambda: eqxopt.Adadelta(1.0, rho=1.0), "rho"),
+            (lambda: eqxopt.Adadelta(1.0, eps=-1e-6), "eps"),
+            (lambda: eqxopt.Adadelta(1.0, weight_decay=-0.1), "weight_decay"),
+        ),
     ),
     Case(
         "chain_scale_by_adadelta",
@@ -118,30 +129,48 @@ CASES = [
             optax.scale_by_learning_rate(optax.exponential_decay(2.0, 3, 0.5)),
         ),
         rtol64=SCHEDULE_RTOL64,
+        bad=((lambda: eqxopt.ScaleByAdadelta(rho=1.5), "rho"),),
     ),
     # --- sign methods ----------------------------------------------------------------
-    Case("sign_sgd", lambda: eqxopt.SignSGD(0.03), lambda: optax.sign_sgd(0.03)),
+    Case(
+        "sign_sgd",
+        lambda: eqxopt.SignSGD(0.03),
+        lambda: optax.sign_sgd(0.03),
+        bad=((lambda: eqxopt.SignSGD(-0.1), "learning_rate"),),
+    ),
     Case(
         "signum",
         lambda: eqxopt.Signum(0.02, beta=0.8),
         lambda: optax.signum(0.02, beta=0.8),
+        bad=((lambda: eqxopt.Signum(0.1, beta=1.0), "beta"),),
     ),
     # --- Fromage ---------------------------------------------------------------------
     Case(
         "fromage",
         lambda: eqxopt.Fromage(0.05, min_norm=1e-4),
         lambda: optax.fromage(0.05, min_norm=1e-4),
+        bad=(
+            (lambda: eqxopt.Fromage(-0.1), "learning_rate"),
+            (lambda: eqxopt.Fromage(0.1, min_norm=-1.0), "min_norm"),
+        ),
     ),
     # --- gradient noise (same key usage as Optax: parity holds exactly) -------------
     Case(
         "noisy_sgd",
         lambda: eqxopt.NoisySGD(0.05, eta=0.02, gamma=0.6, key=3),
         lambda: optax.noisy_sgd(0.05, eta=0.02, gamma=0.6, key=3),
+        bad=(
+            (lambda: eqxopt.NoisySGD(-0.1), "learning_rate"),
+            (lambda: eqxopt.NoisySGD(0.1, eta=-1.0), "eta"),
+            (lambda: eqxopt.NoisySGD(0.1, gamma=-0.5), "gamma"),
+            (lambda: eqxopt.NoisySGD(0.1, key="seed"), "key"),
+        ),
     ),
     Case(
         "add_noise",
         lambda: eqxopt.AddNoise(0.05, 0.5, key=7),
         lambda: optax.add_noise(0.05, 0.5, key=7),
+        bad=((lambda: eqxopt.AddNoise(-1.0, 0.5), "eta"),),
     ),
     # --- Polyak ----------------------------------------------------------------------
     Case(
@@ -163,6 +192,12 @@ CASES = [
         loss=_shifted_quadratic,
         extra=_value,
         rtol64=SCHEDULE_RTOL64,
+        bad=(
+            (lambda: eqxopt.PolyakSGD(max_learning_rate=-1.0), "max_learning_rate"),
+            (lambda: eqxopt.PolyakSGD(scaling=-1.0), "scaling"),
+            (lambda: eqxopt.PolyakSGD(eps=-1.0), "eps"),
+            (lambda: eqxopt.PolyakSGD(variant="sps++"), "variant"),
+        ),
     ),
     Case(
         "chain_sgd_scale_by_polyak",
@@ -176,6 +211,7 @@ CASES = [
         ),
         loss=_shifted_quadratic,
         extra=_value,
+        bad=((lambda: eqxopt.ScaleByPolyak(variant="armijo"), "variant"),),
     ),
     # --- SM3 -------------------------------------------------------------------------
     Case(
@@ -183,6 +219,10 @@ CASES = [
         lambda: eqxopt.SM3(0.1, momentum=0.8),
         lambda: optax.sm3(0.1, momentum=0.8),
         shapes=NO_SCALAR,
+        bad=(
+            (lambda: eqxopt.SM3(-0.1), "learning_rate"),
+            (lambda: eqxopt.SM3(0.1, momentum=1.0), "momentum"),
+        ),
     ),
     Case(
         "chain_scale_by_sm3",
@@ -193,6 +233,10 @@ CASES = [
             optax.scale_by_sm3(b1=0.5, b2=0.9, eps=1e-6), optax.scale(-0.05)
         ),
         shapes=NO_SCALAR,
+        bad=(
+            (lambda: eqxopt.ScaleBySM3(b2=1.5), "b2"),
+            (lambda: eqxopt.ScaleBySM3(eps=-1.0), "eps"),
+        ),
     ),
     # --- Prodigy ---------------------------------------------------------------------
     Case(
@@ -216,6 +260,15 @@ CASES = [
                 estim_lr_coef=0.9,
                 weight_decay=0.01,
             )
+        ),
+        bad=(
+            (lambda: eqxopt.Prodigy(-1.0), "learning_rate"),
+            (lambda: eqxopt.Prodigy(betas=(1.0, 0.999)), "betas"),
+            (lambda: eqxopt.Prodigy(betas=(0.9,)), "betas"),  # pyright: ignore
+            (lambda: eqxopt.Prodigy(beta3=1.0), "beta3"),
+            (lambda: eqxopt.Prodigy(estim_lr0=0.0), "estim_lr0"),
+            (lambda: eqxopt.Prodigy(eps=-1.0), "eps"),
+            (lambda: eqxopt.Prodigy(weight_decay=-0.1), "weight_decay"),
         ),
     ),
     Case(
@@ -241,6 +294,13 @@ CASES = [
         "adopt",
         lambda: eqxopt.ADOPT(1e-2, b1=0.8, b2=0.99, eps=1e-5),
         lambda: optax.contrib.adopt(1e-2, b1=0.8, b2=0.99, eps=1e-5),
+        bad=(
+            (lambda: eqxopt.ADOPT(-1e-3), "learning_rate"),
+            (lambda: eqxopt.ADOPT(1e-3, b1=1.0), "b1"),
+            (lambda: eqxopt.ADOPT(1e-3, b2=-0.1), "b2"),
+            (lambda: eqxopt.ADOPT(1e-3, eps=-1.0), "eps"),
+            (lambda: eqxopt.ADOPT(1e-3, clip_value_fn=3.0), "clip_value_fn"),  # pyright: ignore
+        ),
     ),
     Case(
         "adopt_nesterov_clip_fn",
@@ -275,6 +335,12 @@ CASES = [
             eps_root=1e-8,
             weight_decay=0.05,
             mask=_ndim2,
+        ),
+        bad=(
+            (lambda: eqxopt.AdEMAMix(1e-3, b1=1.0), "b1"),
+            (lambda: eqxopt.AdEMAMix(1e-3, b3=1.0), "b3"),
+            (lambda: eqxopt.AdEMAMix(1e-3, alpha=-1.0), "alpha"),
+            (lambda: eqxopt.AdEMAMix(1e-3, weight_decay=-0.1), "weight_decay"),
         ),
     ),
     Case(
@@ -314,6 +380,12 @@ CASES = [
             weight_decay=0.02,
             mask=_ndim2,
         ),
+        bad=(
+            (lambda: eqxopt.AdaN(1e-3, b1=1.0), "b1"),
+            (lambda: eqxopt.AdaN(1e-3, b3=1.2), "b3"),
+            (lambda: eqxopt.AdaN(1e-3, eps_root=-1.0), "eps_root"),
+            (lambda: eqxopt.AdaN(-1e-3), "learning_rate"),
+        ),
     ),
     Case(
         "chain_scale_by_adan",
@@ -325,6 +397,7 @@ CASES = [
             optax.scale_by_adan(b1=0.95, b2=0.9, b3=0.98, eps=1e-7),
             optax.scale_by_learning_rate(2e-2),
         ),
+        bad=((lambda: eqxopt.ScaleByAdaN(b2=1.0), "b2"),),
     ),
     # --- Rprop, optimistic methods ---------------------------------------------------
     Case(
@@ -334,13 +407,19 @@ CASES = [
         ),
         # No Optax reference: optax 0.2.8's `scale_by_rprop` emits the previous step's
         # update (one step stale, zero at first; optax PR #1725). eqxopt follows the
-        # paper and torch.optim.Rprop, checked in NumPy in test_catalogue_b.py.
+        # paper and torch.optim.Rprop, checked in NumPy in test_variants.py.
         None,
+        bad=(
+            (lambda: eqxopt.Rprop(-0.1), "learning_rate"),
+            (lambda: eqxopt.Rprop(0.1, eta_minus=0.0), "eta_minus"),
+            (lambda: eqxopt.Rprop(0.1, min_step_size=-1.0), "min_step_size"),
+        ),
     ),
     Case(
         "optimistic_gradient_descent",
         lambda: eqxopt.OptimisticGradientDescent(0.05, alpha=0.7, beta=0.4),
         lambda: optax.optimistic_gradient_descent(0.05, alpha=0.7, beta=0.4),
+        bad=((lambda: eqxopt.OptimisticGradientDescent(-0.1), "learning_rate"),),
     ),
     Case(
         "optimistic_adam",
@@ -350,6 +429,11 @@ CASES = [
         lambda: optax.optimistic_adam_v2(
             1e-2, alpha=0.8, beta=0.6, b1=0.85, b2=0.99, eps=1e-6
         ),
+        optax_fn="optimistic_adam_v2",
+        bad=(
+            (lambda: eqxopt.OptimisticAdam(1e-3, b1=1.0), "b1"),
+            (lambda: eqxopt.OptimisticAdam(1e-3, eps=-1.0), "eps"),
+        ),
     ),
     # --- Lookahead -------------------------------------------------------------------
     Case(
@@ -358,6 +442,12 @@ CASES = [
             eqxopt.Adam(1e-2, b1=0.8), sync_period=3, slow_step_size=0.6
         ),
         lambda: _fast_only(optax.lookahead(optax.adam(1e-2, b1=0.8), 3, 0.6)),
+        bad=(
+            (lambda: eqxopt.Lookahead(eqxopt.SGD(0.1), 0, 0.5), "sync_period"),
+            (lambda: eqxopt.Lookahead(eqxopt.SGD(0.1), 2.5, 0.5), "sync_period"),  # pyright: ignore
+            (lambda: eqxopt.Lookahead(eqxopt.SGD(0.1), 2, 1.5), "slow_step_size"),
+            (lambda: eqxopt.Lookahead(optax.sgd(0.1), 2, 0.5), "fast_optimizer"),  # pyright: ignore
+        ),
     ),
     Case(
         "lookahead_reset_sgd",
@@ -390,6 +480,11 @@ CASES = [
             optax.adaptive_grad_clip(0.05, eps=1e-2, axis=0), optax.sgd(0.1)
         ),
         shapes=NO_SCALAR,
+        bad=(
+            (lambda: eqxopt.AdaptiveGradClip(-1.0), "clipping"),
+            (lambda: eqxopt.AdaptiveGradClip(0.1, eps=-1.0), "eps"),
+            (lambda: eqxopt.AdaptiveGradClip(0.1, axis="rows"), "axis"),  # pyright: ignore
+        ),
     ),
     Case(
         "chain_ema",
@@ -405,13 +500,18 @@ CASES = [
             optax.scale_by_optimistic_gradient(alpha=0.5, beta=0.8),
             optax.scale(-0.1),
         ),
+        bad=((lambda: eqxopt.EMA(1.0), "decay"),),
     ),
     # ParamsEMA passes the updates through (the average itself is checked in
-    # test_catalogue_b.py): the reference is Adam plus an EMA of the params.
+    # test_variants.py): the reference is Adam plus an EMA of the params.
     Case(
         "params_ema_adam",
         lambda: eqxopt.ParamsEMA(eqxopt.Adam(1e-2, b2=0.99), decay=0.9),
         lambda: _with_params_ema(optax.adam(1e-2, b2=0.99), 0.9),
+        bad=(
+            (lambda: eqxopt.ParamsEMA(eqxopt.SGD(0.1), decay=-0.1), "decay"),
+            (lambda: eqxopt.ParamsEMA(optax.sgd(0.1)), "optimizer"),  # pyright: ignore
+        ),
     ),
     Case(
         "chain_sgd_keep_nonnegative",
@@ -431,6 +531,12 @@ CASES = [
             optax.scale_by_param_block_rms(0.8),
             optax.scale_by_param_block_norm(1e-2),
             optax.normalize_by_update_norm(scale_factor=-0.1, eps=1e-4),
+        ),
+        bad=(
+            (lambda: eqxopt.ScaleByParamBlockNorm(-1.0), "min_scale"),
+            (lambda: eqxopt.ScaleByParamBlockRms(-1.0), "min_scale"),
+            (lambda: eqxopt.ClipByBlockRms(0.0), "threshold"),
+            (lambda: eqxopt.NormalizeByUpdateNorm(eps=-1.0), "eps"),
         ),
     ),
 ]

@@ -1,155 +1,16 @@
-"""The second half of the catalogue, beyond the registry's Optax parity: bad
-hyperparameters, constructor signatures against Optax, the paper rules where Optax has
-no implementation (SM3 without momentum, Adadelta's `learning_rate=None`, AGC in
-Equinox's layout), gradient noise statistics and determinism, Lookahead and ParamsEMA
-behaviour."""
-
-import inspect
+"""Variants beyond the adaptive family (`tests/registry/variants.py`), beyond what the
+registry gives every entry: the paper rules where Optax has no implementation (SM3
+without momentum, Adadelta's `learning_rate=None`, AGC in Equinox's layout), gradient
+noise statistics and determinism, Lookahead and ParamsEMA behaviour."""
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.random as jr
 import numpy as np
-import optax
 import pytest
 
 import eqxopt
-
-
-BAD_HYPERPARAMETERS = [
-    (lambda: eqxopt.Adadelta(-1.0), "learning_rate"),
-    (lambda: eqxopt.Adadelta(1.0, rho=1.0), "rho"),
-    (lambda: eqxopt.Adadelta(1.0, eps=-1e-6), "eps"),
-    (lambda: eqxopt.Adadelta(1.0, weight_decay=-0.1), "weight_decay"),
-    (lambda: eqxopt.ScaleByAdadelta(rho=1.5), "rho"),
-    (lambda: eqxopt.SignSGD(-0.1), "learning_rate"),
-    (lambda: eqxopt.Signum(0.1, beta=1.0), "beta"),
-    (lambda: eqxopt.Fromage(-0.1), "learning_rate"),
-    (lambda: eqxopt.Fromage(0.1, min_norm=-1.0), "min_norm"),
-    (lambda: eqxopt.NoisySGD(-0.1), "learning_rate"),
-    (lambda: eqxopt.NoisySGD(0.1, eta=-1.0), "eta"),
-    (lambda: eqxopt.NoisySGD(0.1, gamma=-0.5), "gamma"),
-    (lambda: eqxopt.NoisySGD(0.1, key="seed"), "key"),
-    (lambda: eqxopt.AddNoise(-1.0, 0.5), "eta"),
-    (lambda: eqxopt.PolyakSGD(max_learning_rate=-1.0), "max_learning_rate"),
-    (lambda: eqxopt.PolyakSGD(scaling=-1.0), "scaling"),
-    (lambda: eqxopt.PolyakSGD(eps=-1.0), "eps"),
-    (lambda: eqxopt.PolyakSGD(variant="sps++"), "variant"),
-    (lambda: eqxopt.ScaleByPolyak(variant="armijo"), "variant"),
-    (lambda: eqxopt.SM3(-0.1), "learning_rate"),
-    (lambda: eqxopt.SM3(0.1, momentum=1.0), "momentum"),
-    (lambda: eqxopt.ScaleBySM3(b2=1.5), "b2"),
-    (lambda: eqxopt.ScaleBySM3(eps=-1.0), "eps"),
-    (lambda: eqxopt.Prodigy(-1.0), "learning_rate"),
-    (lambda: eqxopt.Prodigy(betas=(1.0, 0.999)), "betas"),
-    (lambda: eqxopt.Prodigy(betas=(0.9,)), "betas"),  # pyright: ignore
-    (lambda: eqxopt.Prodigy(beta3=1.0), "beta3"),
-    (lambda: eqxopt.Prodigy(estim_lr0=0.0), "estim_lr0"),
-    (lambda: eqxopt.Prodigy(eps=-1.0), "eps"),
-    (lambda: eqxopt.Prodigy(weight_decay=-0.1), "weight_decay"),
-    (lambda: eqxopt.ADOPT(-1e-3), "learning_rate"),
-    (lambda: eqxopt.ADOPT(1e-3, b1=1.0), "b1"),
-    (lambda: eqxopt.ADOPT(1e-3, b2=-0.1), "b2"),
-    (lambda: eqxopt.ADOPT(1e-3, eps=-1.0), "eps"),
-    (lambda: eqxopt.ADOPT(1e-3, clip_value_fn=3.0), "clip_value_fn"),  # pyright: ignore
-    (lambda: eqxopt.AdEMAMix(1e-3, b1=1.0), "b1"),
-    (lambda: eqxopt.AdEMAMix(1e-3, b3=1.0), "b3"),
-    (lambda: eqxopt.AdEMAMix(1e-3, alpha=-1.0), "alpha"),
-    (lambda: eqxopt.AdEMAMix(1e-3, weight_decay=-0.1), "weight_decay"),
-    (lambda: eqxopt.AdaN(1e-3, b1=1.0), "b1"),
-    (lambda: eqxopt.AdaN(1e-3, b3=1.2), "b3"),
-    (lambda: eqxopt.AdaN(1e-3, eps_root=-1.0), "eps_root"),
-    (lambda: eqxopt.AdaN(-1e-3), "learning_rate"),
-    (lambda: eqxopt.ScaleByAdaN(b2=1.0), "b2"),
-    (lambda: eqxopt.Lookahead(eqxopt.SGD(0.1), 0, 0.5), "sync_period"),
-    (lambda: eqxopt.Lookahead(eqxopt.SGD(0.1), 2.5, 0.5), "sync_period"),  # pyright: ignore
-    (lambda: eqxopt.Lookahead(eqxopt.SGD(0.1), 2, 1.5), "slow_step_size"),
-    (lambda: eqxopt.Lookahead(optax.sgd(0.1), 2, 0.5), "fast_optimizer"),  # pyright: ignore
-    (lambda: eqxopt.AdaptiveGradClip(-1.0), "clipping"),
-    (lambda: eqxopt.AdaptiveGradClip(0.1, eps=-1.0), "eps"),
-    (lambda: eqxopt.AdaptiveGradClip(0.1, axis="rows"), "axis"),  # pyright: ignore
-    (lambda: eqxopt.EMA(1.0), "decay"),
-    (lambda: eqxopt.ParamsEMA(eqxopt.SGD(0.1), decay=-0.1), "decay"),
-    (lambda: eqxopt.ParamsEMA(optax.sgd(0.1)), "optimizer"),  # pyright: ignore
-    (lambda: eqxopt.ScaleByParamBlockNorm(-1.0), "min_scale"),
-    (lambda: eqxopt.ScaleByParamBlockRms(-1.0), "min_scale"),
-    (lambda: eqxopt.ClipByBlockRms(0.0), "threshold"),
-    (lambda: eqxopt.NormalizeByUpdateNorm(eps=-1.0), "eps"),
-    (lambda: eqxopt.Rprop(-0.1), "learning_rate"),
-    (lambda: eqxopt.Rprop(0.1, eta_minus=0.0), "eta_minus"),
-    (lambda: eqxopt.Rprop(0.1, min_step_size=-1.0), "min_step_size"),
-    (lambda: eqxopt.OptimisticGradientDescent(-0.1), "learning_rate"),
-    (lambda: eqxopt.OptimisticAdam(1e-3, b1=1.0), "b1"),
-    (lambda: eqxopt.OptimisticAdam(1e-3, eps=-1.0), "eps"),
-]
-
-
-@pytest.mark.parametrize("make, field", BAD_HYPERPARAMETERS)
-def test_bad_hyperparameter_raises_value_error_naming_field(make, field):
-    with pytest.raises(ValueError, match=rf"\({field}=\.\.\.\)"):
-        make()
-
-
-# (eqxopt class, Optax function): same argument names, order and defaults, with
-# `state_dtype` for Optax's `mu_dtype`/`accumulator_dtype` (or appended).
-SIGNATURES = [
-    (eqxopt.Adadelta, optax.adadelta),
-    (eqxopt.ScaleByAdadelta, optax.scale_by_adadelta),
-    (eqxopt.SignSGD, optax.sign_sgd),
-    (eqxopt.Signum, optax.signum),
-    (eqxopt.ScaleBySign, optax.scale_by_sign),
-    (eqxopt.Fromage, optax.fromage),
-    (eqxopt.NoisySGD, optax.noisy_sgd),
-    (eqxopt.AddNoise, optax.add_noise),
-    (eqxopt.PolyakSGD, optax.polyak_sgd),
-    (eqxopt.ScaleByPolyak, optax.scale_by_polyak),
-    (eqxopt.SM3, optax.sm3),
-    (eqxopt.ScaleBySM3, optax.scale_by_sm3),
-    (eqxopt.Prodigy, optax.contrib.prodigy),
-    (eqxopt.ADOPT, optax.contrib.adopt),
-    (eqxopt.AdEMAMix, optax.contrib.ademamix),
-    (eqxopt.AdaN, optax.adan),
-    (eqxopt.ScaleByAdaN, optax.scale_by_adan),
-    (eqxopt.Lookahead, optax.lookahead),
-    (eqxopt.Centralize, optax.centralize),
-    (eqxopt.AdaptiveGradClip, optax.adaptive_grad_clip),
-    (eqxopt.EMA, optax.ema),
-    (eqxopt.KeepParamsNonnegative, optax.keep_params_nonnegative),
-    (eqxopt.ScaleByParamBlockNorm, optax.scale_by_param_block_norm),
-    (eqxopt.ScaleByParamBlockRms, optax.scale_by_param_block_rms),
-    (eqxopt.ClipByBlockRms, optax.clip_by_block_rms),
-    (eqxopt.NormalizeByUpdateNorm, optax.normalize_by_update_norm),
-    (eqxopt.Rprop, optax.rprop),
-    (eqxopt.OptimisticGradientDescent, optax.optimistic_gradient_descent),
-    (eqxopt.ScaleByOptimisticGradient, optax.scale_by_optimistic_gradient),
-    (eqxopt.OptimisticAdam, optax.optimistic_adam_v2),
-]
-_RENAMED = {"mu_dtype": "state_dtype", "accumulator_dtype": "state_dtype"}
-_DEPRECATED = {"seed"}  # Optax's deprecated alias of `key`
-
-
-@pytest.mark.parametrize(
-    "cls, fn", SIGNATURES, ids=lambda x: getattr(x, "__name__", "")
-)
-def test_constructor_follows_optax_signature(cls, fn):
-    ours = list(inspect.signature(cls).parameters.values())
-    theirs = [
-        p
-        for p in inspect.signature(fn).parameters.values()
-        if p.name not in _DEPRECATED
-    ]
-    names = [_RENAMED.get(p.name, p.name) for p in theirs]
-    got = [p.name for p in ours]
-    if "state_dtype" in got and "state_dtype" not in names:
-        got.remove("state_dtype")  # an extra option where Optax has none
-    assert got == names
-    by_name = {p.name: p for p in ours}
-    for p in theirs:
-        mine = by_name[_RENAMED.get(p.name, p.name)]
-        if p.default is inspect.Parameter.empty or callable(p.default):
-            continue
-        assert mine.default == p.default, p.name
 
 
 def test_adadelta_without_learning_rate_is_the_paper_rule():

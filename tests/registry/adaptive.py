@@ -1,4 +1,4 @@
-"""The first half of the catalogue: Lion, RMSProp, Adagrad, Adafactor, the Adam family
+"""The adaptive family: Lion, RMSProp, Adagrad, Adafactor, the Adam family
 (Adamax, AMSGrad, NAdam, RAdam, AdaBelief, Yogi), Lamb, Lars, Novograd, and their
 `ScaleBy*` building blocks. Every case sets non-default hyperparameters on both
 sides."""
@@ -51,6 +51,12 @@ CASES = [
         "lion",
         lambda: eqxopt.Lion(3e-3, b1=0.8, b2=0.95, weight_decay=0.1, mask=_is_matrix),
         lambda: optax.lion(3e-3, b1=0.8, b2=0.95, weight_decay=0.1, mask=_ndim2),
+        bad=(
+            (lambda: eqxopt.Lion(-1e-3), "learning_rate"),
+            (lambda: eqxopt.Lion(1e-3, b1=1.5), "b1"),
+            (lambda: eqxopt.Lion(1e-3, b2=1.0), "b2"),
+            (lambda: eqxopt.Lion(1e-3, weight_decay=-1.0), "weight_decay"),
+        ),
     ),
     Case(
         "chain_scale_by_lion_smooth",
@@ -61,6 +67,10 @@ CASES = [
         lambda: optax.chain(
             optax.scale_by_lion(0.85, 0.9, mode="smooth", smooth_beta=2.0),
             optax.scale_by_learning_rate(optax.cosine_decay_schedule(1e-2, 8, 0.1)),
+        ),
+        bad=(
+            (lambda: eqxopt.ScaleByLearningRate(-1.0), "learning_rate"),
+            (lambda: eqxopt.ScaleByLion(mode="soft"), "mode"),
         ),
     ),
     # --- RMSProp ----------------------------------------------------------------------
@@ -77,6 +87,13 @@ CASES = [
             decay=0.8,
             eps=1e-6,
             initial_scale=0.1,
+        ),
+        bad=(
+            (lambda: eqxopt.RMSProp(-1e-3), "learning_rate"),
+            (lambda: eqxopt.RMSProp(1e-3, decay=1.0), "decay"),
+            (lambda: eqxopt.RMSProp(1e-3, eps=-1e-8), "eps"),
+            (lambda: eqxopt.RMSProp(1e-3, initial_scale=-0.1), "initial_scale"),
+            (lambda: eqxopt.RMSProp(1e-3, momentum=1.0), "momentum"),
         ),
     ),
     Case(
@@ -112,6 +129,7 @@ CASES = [
             optax.scale_by_rms(0.8, 1e-6, eps_in_sqrt=False, bias_correction=True),
             optax.scale_by_learning_rate(1e-2),
         ),
+        bad=((lambda: eqxopt.ScaleByRms(decay=-0.1), "decay"),),
     ),
     Case(
         "chain_scale_by_stddev",
@@ -125,12 +143,23 @@ CASES = [
             optax.trace(0.7),
             optax.scale(-1e-2),
         ),
+        bad=(
+            (lambda: eqxopt.Trace(1.0), "decay"),
+            (lambda: eqxopt.ScaleByStddev(eps=-1.0), "eps"),
+        ),
     ),
     # --- Adagrad ----------------------------------------------------------------------
     Case(
         "adagrad",
         lambda: eqxopt.Adagrad(0.3, initial_accumulator_value=0.05, eps=1e-6),
         lambda: optax.adagrad(0.3, initial_accumulator_value=0.05, eps=1e-6),
+        bad=(
+            (lambda: eqxopt.Adagrad(-0.1), "learning_rate"),
+            (
+                lambda: eqxopt.Adagrad(0.1, initial_accumulator_value=-1.0),
+                "initial_accumulator_value",
+            ),
+        ),
     ),
     Case(
         "chain_scale_by_rss",
@@ -142,6 +171,7 @@ CASES = [
             optax.scale_by_rss(initial_accumulator_value=0.0, eps=1e-5),
             optax.scale_by_learning_rate(0.2),
         ),
+        bad=((lambda: eqxopt.ScaleByRss(eps=-1e-7), "eps"),),
     ),
     # --- Adafactor --------------------------------------------------------------------
     Case(
@@ -162,12 +192,26 @@ CASES = [
             decay_rate=0.7,
             clipping_threshold=0.5,
             momentum=0.8,
-            dtype_momentum=None,  # eqxopt keeps the momentum in the param's dtype
+            # eqxopt keeps the momentum in the param's dtype. (Optax accepts None
+            # though its annotation says `DTypeLike`.)
+            dtype_momentum=None,  # pyright: ignore[reportArgumentType]
             weight_decay_rate=1e-2,
             eps=1e-20,
             weight_decay_mask=_ndim2,
         ),
         shapes=FACTOR_SHAPES,
+        bad=(
+            (lambda: eqxopt.Adafactor(-1e-2), "learning_rate"),
+            (
+                lambda: eqxopt.Adafactor(min_dim_size_to_factor=0),
+                "min_dim_size_to_factor",
+            ),
+            (lambda: eqxopt.Adafactor(decay_rate=-0.8), "decay_rate"),
+            (lambda: eqxopt.Adafactor(clipping_threshold=0.0), "clipping_threshold"),
+            (lambda: eqxopt.Adafactor(momentum=1.0), "momentum"),
+            (lambda: eqxopt.Adafactor(weight_decay_rate=-1.0), "weight_decay_rate"),
+            (lambda: eqxopt.Adafactor(eps=-1e-30), "eps"),
+        ),
     ),
     Case(
         "adafactor_relative_step",
@@ -223,12 +267,17 @@ CASES = [
             optax.scale_by_learning_rate(1e-2),
         ),
         shapes=FACTOR_SHAPES,
+        bad=((lambda: eqxopt.ScaleByFactoredRms(epsilon=-1.0), "epsilon"),),
     ),
     # --- Adamax -----------------------------------------------------------------------
     Case(
         "adamax",
         lambda: eqxopt.Adamax(3e-3, b1=0.8, b2=0.95, eps=1e-6),
         lambda: optax.adamax(3e-3, b1=0.8, b2=0.95, eps=1e-6),
+        bad=(
+            (lambda: eqxopt.Adamax(-1e-3), "learning_rate"),
+            (lambda: eqxopt.Adamax(1e-3, b2=1.0), "b2"),
+        ),
     ),
     Case(
         "adamaxw",
@@ -238,12 +287,17 @@ CASES = [
         lambda: optax.adamaxw(
             3e-3, b1=0.85, b2=0.99, eps=1e-7, weight_decay=0.1, mask=_ndim2
         ),
+        bad=((lambda: eqxopt.AdamaxW(1e-3, weight_decay=-1.0), "weight_decay"),),
     ),
     # --- AMSGrad ----------------------------------------------------------------------
     Case(
         "amsgrad",
         lambda: eqxopt.AMSGrad(3e-3, b1=0.8, b2=0.95, eps=1e-6, eps_root=1e-8),
         lambda: optax.amsgrad(3e-3, b1=0.8, b2=0.95, eps=1e-6, eps_root=1e-8),
+        bad=(
+            (lambda: eqxopt.AMSGrad(1e-3, b1=-0.1), "b1"),
+            (lambda: eqxopt.AMSGrad(1e-3, eps_root=-1.0), "eps_root"),
+        ),
     ),
     Case(
         "chain_scale_by_amsgrad_paper",
@@ -259,12 +313,14 @@ CASES = [
             ),
             optax.scale_by_learning_rate(1e-2),
         ),
+        bad=((lambda: eqxopt.ScaleByAmsgrad(b2=1.5), "b2"),),
     ),
     # --- NAdam ------------------------------------------------------------------------
     Case(
         "nadam",
         lambda: eqxopt.NAdam(3e-3, b1=0.8, b2=0.95, eps=1e-6, eps_root=1e-9),
         lambda: optax.nadam(3e-3, b1=0.8, b2=0.95, eps=1e-6, eps_root=1e-9),
+        bad=((lambda: eqxopt.NAdam(1e-3, b1=1.0), "b1"),),
     ),
     Case(
         "nadamw",
@@ -274,12 +330,14 @@ CASES = [
         lambda: optax.nadamw(
             3e-3, b1=0.85, b2=0.99, eps=1e-7, weight_decay=0.1, mask=_ndim2
         ),
+        bad=((lambda: eqxopt.NAdamW(1e-3, weight_decay=-0.1), "weight_decay"),),
     ),
     # --- RAdam (b2=0.9, threshold 4: rectification starts at step 5 of 10) -----------
     Case(
         "radam",
         lambda: eqxopt.RAdam(3e-3, b1=0.8, b2=0.9, eps=1e-6, threshold=4.0),
         lambda: optax.radam(3e-3, b1=0.8, b2=0.9, eps=1e-6, threshold=4.0),
+        bad=((lambda: eqxopt.RAdam(1e-3, eps=-1.0), "eps"),),
     ),
     Case(
         "chain_scale_by_radam_nesterov",
@@ -291,12 +349,14 @@ CASES = [
             optax.scale_by_radam(0.85, 0.9, 1e-7, 1e-9, 4.5, nesterov=True),
             optax.scale_by_learning_rate(1e-2),
         ),
+        bad=((lambda: eqxopt.ScaleByRadam(b2=1.0), "b2"),),
     ),
     # --- AdaBelief --------------------------------------------------------------------
     Case(
         "adabelief",
         lambda: eqxopt.AdaBelief(3e-3, b1=0.8, b2=0.95, eps=1e-8, eps_root=1e-10),
         lambda: optax.adabelief(3e-3, b1=0.8, b2=0.95, eps=1e-8, eps_root=1e-10),
+        bad=((lambda: eqxopt.AdaBelief(1e-3, eps_root=-1.0), "eps_root"),),
     ),
     Case(
         "chain_scale_by_belief_nesterov",
@@ -308,12 +368,14 @@ CASES = [
             optax.scale_by_belief(0.85, 0.99, 1e-7, 1e-9, nesterov=True),
             optax.scale_by_learning_rate(1e-2),
         ),
+        bad=((lambda: eqxopt.ScaleByBelief(b1=1.0), "b1"),),
     ),
     # --- Yogi -------------------------------------------------------------------------
     Case(
         "yogi",
         lambda: eqxopt.Yogi(3e-2, b1=0.8, b2=0.95, eps=1e-4),
         lambda: optax.yogi(3e-2, b1=0.8, b2=0.95, eps=1e-4),
+        bad=((lambda: eqxopt.Yogi(1e-3, eps=-1.0), "eps"),),
     ),
     Case(
         "chain_scale_by_yogi",
@@ -325,6 +387,12 @@ CASES = [
             optax.scale_by_yogi(0.85, 0.9, 1e-3, 1e-8, initial_accumulator_value=0.1),
             optax.scale_by_learning_rate(1e-2),
         ),
+        bad=(
+            (
+                lambda: eqxopt.ScaleByYogi(initial_accumulator_value=-1.0),
+                "initial_accumulator_value",
+            ),
+        ),
     ),
     # --- Lamb, Lars, ScaleByTrustRatio ------------------------------------------------
     Case(
@@ -334,6 +402,10 @@ CASES = [
         ),
         lambda: optax.lamb(
             1e-2, b1=0.8, b2=0.95, eps=1e-7, weight_decay=0.1, mask=_ndim2
+        ),
+        bad=(
+            (lambda: eqxopt.Lamb(1e-3, b2=1.0), "b2"),
+            (lambda: eqxopt.Lamb(1e-3, weight_decay=-1.0), "weight_decay"),
         ),
     ),
     Case(
@@ -366,6 +438,11 @@ CASES = [
             momentum=0.8,
             nesterov=True,
         ),
+        bad=(
+            (lambda: eqxopt.Lars(0.1, trust_coefficient=-1.0), "trust_coefficient"),
+            (lambda: eqxopt.Lars(0.1, momentum=1.0), "momentum"),
+            (lambda: eqxopt.Lars(0.1, eps=-1.0), "eps"),
+        ),
     ),
     Case(
         "chain_adam_scale_by_trust_ratio",
@@ -379,6 +456,10 @@ CASES = [
             optax.scale_by_trust_ratio(min_norm=0.5, trust_coefficient=0.3, eps=1e-6),
             optax.scale_by_learning_rate(1e-2),
         ),
+        bad=(
+            (lambda: eqxopt.ScaleByAdam(b2=1.0), "b2"),
+            (lambda: eqxopt.ScaleByTrustRatio(min_norm=-1.0), "min_norm"),
+        ),
     ),
     # --- Novograd ---------------------------------------------------------------------
     Case(
@@ -388,6 +469,10 @@ CASES = [
         ),
         lambda: optax.novograd(
             1e-2, b1=0.8, b2=0.5, eps=1e-7, eps_root=1e-9, weight_decay=0.01
+        ),
+        bad=(
+            (lambda: eqxopt.Novograd(1e-2, b2=1.0), "b2"),
+            (lambda: eqxopt.Novograd(1e-2, weight_decay=-1.0), "weight_decay"),
         ),
     ),
     Case(
@@ -400,5 +485,6 @@ CASES = [
             optax.scale_by_novograd(0.85, 0.4, 1e-6),
             optax.scale_by_learning_rate(optax.cosine_decay_schedule(1e-2, 12, 0.3)),
         ),
+        bad=((lambda: eqxopt.ScaleByNovograd(eps=-1.0), "eps"),),
     ),
 ]
