@@ -14,6 +14,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import eqxopt
+from eqxopt._misc import is_none
 from eqxopt._optimizers import muon as muon_module
 
 from .helpers import random_like, tree_allclose
@@ -254,6 +255,7 @@ def test_fallback_leaves_equal_fallback_alone(custom):
     fallback = eqxopt.SGD(0.05, momentum=0.9) if custom else None
     opt = eqxopt.Muon(0.02, weight_decay=0.1, fallback=fallback)
     alone = fallback if custom else eqxopt.AdamW(0.02, weight_decay=0.1)
+    assert alone is not None
     is_vector = lambda x: eqx.is_inexact_array(x) and x.ndim != 2
     state = opt.init(model)
     vectors = eqx.filter(model, is_vector)
@@ -471,3 +473,69 @@ def test_update_without_params_raises_unless_nothing_needs_them():
     opt = eqxopt.Muon(0.02, fallback=eqxopt.SGD(0.1))
     updates, _ = opt.update(grads, opt.init(params))
     assert updates["w"].shape == (3, 4) and updates["b"].shape == (3,)
+
+
+# --- issue 14: a bare matrix, routing through Partition's resolver, child_update -----
+
+
+@pytest.mark.parametrize("make", [eqxopt.Muon, eqxopt.NorMuon])
+def test_params_that_are_one_matrix(make):
+    # No leaf goes to the fallback: it is not called (it used to be called with
+    # `params=None` and raise "AdamW.update needs params for the weight decay").
+    opt = make(1e-2, weight_decay=0.1)
+    p = jnp.full((2, 3), 0.5)
+    g = jnp.arange(6.0).reshape(2, 3)
+    updates, state = opt.update(g, opt.init(p), p)
+    want, _ = opt.update({"w": g}, opt.init({"w": p}), {"w": p})
+    np.testing.assert_allclose(updates, want["w"], rtol=1e-12)
+    assert state.fallback_state == opt.init(p).fallback_state  # untouched
+    # A bare 1-D array goes to the fallback alone.
+    v = jnp.ones(3)
+    updates, _ = opt.update(v, opt.init(v), v)
+    fb, _ = eqxopt.AdamW(1e-2, weight_decay=0.1).update(
+        v, eqxopt.AdamW(1e-2, weight_decay=0.1).init(v), v
+    )
+    np.testing.assert_allclose(updates, fb, rtol=1e-12)
+
+
+def test_routing_resolves_masks_as_partition_does():
+    # Muon routes with Partition's resolver: the same filter spec (here an
+    # `eqx.Module` of bools, a tree that is never called, and a per-leaf callable,
+    # which never sees the MLP's activation functions) selects the same leaves.
+    model = eqx.nn.MLP(3, 2, 4, 1, key=jr.key(0))
+    is_matrix = jax.tree.map(lambda x: eqx.is_array(x) and x.ndim == 2, model)
+    has_mu = lambda tree: [
+        x is not None for x in jax.tree.leaves(tree, is_leaf=is_none)
+    ]
+    for spec in (is_matrix, lambda p: p.ndim == 2 and p.shape[0] == 4):
+        state = eqxopt.Muon(0.02, matrix_mask=spec).init(model)
+        part = eqxopt.Partition(
+            {True: eqxopt.Adam(1.0), False: eqxopt.Adam(0.1)}, labels=spec
+        ).init(model)
+        assert has_mu(state.mu) == has_mu(part.inner_states[True].mu)
+        assert has_mu(state.fallback_state.mu) == has_mu(part.inner_states[False].mu)
+        assert any(has_mu(state.mu)) and any(has_mu(state.fallback_state.mu))
+
+
+class _Counter(eqx.Module):
+    count: jax.Array
+
+
+def test_fallback_drift_names_the_path_inside_muon_state():
+    # The fallback is called through `child_update`, so a drift in its state is
+    # reported at its path in Muon's state.
+    class Drifting(eqxopt.AbstractOptimizer):
+        def init(self, params):
+            return _Counter(jnp.zeros((), jnp.int32))
+
+        def update(self, grads, state, params=None, **extra):
+            return grads, _Counter(jnp.zeros((), jnp.float32))
+
+    params = {"w": jnp.ones((3, 2)), "b": jnp.ones(3)}
+    opts: list[eqxopt.AbstractOptimizer] = [
+        eqxopt.Muon(0.02, fallback=Drifting()),
+        eqxopt.NorMuon(fallback=Drifting()),
+    ]
+    for opt in opts:
+        with pytest.raises(eqxopt.StateDriftError, match=r"\.fallback_state\.count"):
+            opt.update(params, opt.init(params), params)

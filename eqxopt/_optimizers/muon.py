@@ -1,8 +1,9 @@
-"""Muon: momentum orthogonalized by Newton-Schulz, with a fallback for non-matrices."""
+"""Muon and NorMuon: momentum orthogonalized by Newton-Schulz, with a fallback for
+non-matrices; NorMuon adds a row-wise (neuron-wise) second-moment normalization."""
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, Generic, TYPE_CHECKING, TypeVar
 
 import equinox as eqx
 import jax
@@ -12,11 +13,12 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
-from .._base import AbstractOptimizer
+from .._base import AbstractOptimizer, child_update, scalar_hyperparams
+from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._matrix import matrix_view, MatrixView, newton_schulz as _newton_schulz
 from .._misc import (
     abs_sq,
-    check_hyperparams,
     compute_dtype,
     increment,
     is_none,
@@ -25,16 +27,23 @@ from .._misc import (
     out_dtype,
     pack,
     resolve,
-    resolve_filter_spec,
     scalar,
-    scalar_hyperparams,
-    tree_map,
     tree_map_unzip,
     typechecked,
     zero_count,
     zeros_like_leaf,
 )
+from .._transform.mask import resolve_spec, select
 from .adam import AdamW
+
+
+# Abstract fields: type checkers see a `ClassVar` (as equinox does for its
+# `AbstractClassVar`), so that their model of a final class's `__init__` takes its
+# fields, in Optax's order, from the final class alone, as equinox does at run time.
+if TYPE_CHECKING:
+    from typing import ClassVar as AbstractVar
+else:
+    from equinox import AbstractVar
 
 
 _SCALE_RULES = ("reference", "adamw_rms")
@@ -51,6 +60,75 @@ def _group_same_shapes() -> bool:
     if _GROUP_SAME_SHAPES is None:
         return jax.default_backend() != "cpu"
     return _GROUP_SAME_SHAPES
+
+
+# The Polar Express schedule (Amsel, Persson, Musco & Gower 2025) as modded-nanogpt
+# uses it: 5 steps "computed for num_iters=5, safety_factor=2e-2, cushion=2", run on
+# X / (1.02 ||X||_F + 1e-6). The 1.02 of that normalization is folded into the first
+# triple (a / s, b / s^3, c / s^5 with s = 1.02: p(X / s) = p_s(X)), so that Muon's
+# own X / (||X||_F + eps) normalization gives the reference's iterates.
+_PE_SAFETY = 1.02
+_PE_TABLE = (
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
+)
+
+
+class _Coefficients(tuple):
+    r"""The Polar Express coefficients (Amsel, Persson, Musco & Gower 2025): 5 triples
+    $(a_i, b_i, c_i)$, one per Newton-Schulz step, for `Muon(ns_coeffs=...)` and
+    `NorMuon(ns_coeffs=...)` (with the default `ns_steps=5`).
+
+    They are modded-nanogpt's table ("computed for num_iters=5, safety_factor=2e-2,
+    cushion=2"), which it runs on $X / (1.02\,\|X\|_F + 10^{-6})$; the factor 1.02 is
+    folded into the first triple ($a/1.02$, $b/1.02^3$, $c/1.02^5$: the same
+    polynomial of $X/1.02$), so that Muon's normalization $X / (\|X\|_F + \epsilon)$
+    gives modded-nanogpt's iterates (exactly with `eps=1e-6 / 1.02`; the default
+    `eps=1e-7` differs from it by about $10^{-7}/\|X\|_F$ relative). A plain tuple of
+    tuples of floats.
+
+    ??? cite "References"
+
+        ```bibtex
+        @article{amsel2025polar,
+            title={The {Polar Express}: Optimal Matrix Sign Methods and Their
+                Application to the {Muon} Algorithm},
+            author={Amsel, Noah and Persson, David and Musco, Christopher
+                and Gower, Robert M.},
+            journal={arXiv:2505.16932}, year={2025}}
+        ```
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        assert len(eqxopt.POLAR_EXPRESS_COEFFS) == 5
+        opt = eqxopt.Muon(0.02, ns_coeffs=eqxopt.POLAR_EXPRESS_COEFFS)
+        params = {"w": jnp.ones((4, 3)), "b": jnp.zeros(4)}
+        state = opt.init(params)
+        assert state.ns_coeffs.shape == (5, 3)
+        ```
+    """
+
+    __slots__ = ()
+
+
+POLAR_EXPRESS_COEFFS = _Coefficients(
+    (
+        (
+            _PE_TABLE[0][0] / _PE_SAFETY,
+            _PE_TABLE[0][1] / _PE_SAFETY**3,
+            _PE_TABLE[0][2] / _PE_SAFETY**5,
+        ),
+    )
+    + _PE_TABLE[1:]
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,35 +181,22 @@ class MuonDimensionNumbers:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Matrix:
-    """How one Muon leaf is viewed as a `(batch, out, in)` stack (normalized axes)."""
+class _MuonView(MatrixView):
+    """A Muon leaf's `(batch, out, in)` view, which also knows its reduction axes (for
+    NorMuon's row statistics)."""
 
-    batch: tuple[int, ...]
-    out: tuple[int, ...]
-    red: tuple[int, ...]
-    shape: tuple[int, ...]
+    red: tuple[int, ...] = ()
 
     @property
-    def sizes(self) -> tuple[int, int, int]:
-        size = lambda axes: math.prod(self.shape[a] for a in axes)
-        return size(self.batch), size(self.out), size(self.red)
-
-    def to_stack(self, x):
-        """`x` (this leaf's shape) as `(batch, out, in)`."""
-        perm = self.batch + self.out + self.red
-        if perm != tuple(range(len(perm))):
-            x = jnp.transpose(x, perm)
-        return x.reshape(self.sizes)
-
-    def from_stack(self, x):
-        perm = self.batch + self.out + self.red
-        x = x.reshape(tuple(self.shape[a] for a in perm))
-        if perm != tuple(range(len(perm))):
-            x = jnp.transpose(x, tuple(int(a) for a in np.argsort(perm)))
-        return x
+    def rows(self) -> MatrixView:
+        """The view of a row-statistics buffer: the leaf's shape with its reduction
+        axes set to 1, seen as `(batch, out, 1)`."""
+        shape = tuple(1 if a in self.red else d for a, d in enumerate(self.shape))
+        b, n_out, _ = self.view_shape
+        return MatrixView(shape, (b, n_out, 1), self.preconditioned, self.perm)
 
 
-def _as_matrix(value, p, where: str) -> _Matrix | None:
+def _as_matrix(value, p, where: str) -> _MuonView | None:
     """Interpret the `matrix_mask` value for one param leaf."""
     if value is None or value is False:
         return None
@@ -177,49 +242,12 @@ def _as_matrix(value, p, where: str) -> _Matrix | None:
             f"`MuonDimensionNumbers` axes must be disjoint, got reduction_axis={red} "
             f"and output_axis={out} for the leaf at `{where}` of shape {p.shape}."
         )
-    batch = tuple(a for a in range(ndim) if a not in red and a not in out)
-    return _Matrix(batch, out, red, tuple(p.shape))
-
-
-def _guard(spec):
-    """Apply `spec`'s callables to optimized leaves only (False elsewhere), so that a
-    predicate such as `lambda p: p.ndim == 2` never sees a function or `None`."""
-
-    def is_callable(s):
-        return callable(s) and not isinstance(s, eqx.Module)
-
-    def wrap(s):
-        if is_callable(s):
-            return lambda x: s(x) if is_param(x) else False
-        return s
-
-    return jtu.tree_map(wrap, spec, is_leaf=is_callable)
+    view = matrix_view(p.shape, dimension_numbers=(red, out))
+    return _MuonView(**dataclasses.asdict(view), red=red)
 
 
 def _default_mask(p) -> bool:
     return p.ndim == 2
-
-
-def _newton_schulz(x, coeffs, eps, ns_dtype):
-    r"""Orthogonalize each matrix of `x`, shape `(batch, m, n)` with `m <= n`.
-
-    $X \leftarrow X / (\|X\|_F + \epsilon)$, then for each coefficient row
-    $(a, b, c)$: $A = X X^\top$, $X \leftarrow a X + (b A + c A^2) X$.
-    """
-    dtype = x.dtype
-    norm = jnp.sqrt(jnp.sum(abs_sq(x), axis=(-2, -1), keepdims=True))
-    x = x / (norm + scalar(eps, norm.dtype)).astype(dtype)
-    ns = dtype if ns_dtype is None else jnp.dtype(ns_dtype)
-    x = x.astype(ns)
-    coeffs = coeffs.astype(ns)
-
-    def iteration(x, abc):
-        gram = x @ jnp.conj(jnp.swapaxes(x, -1, -2))
-        poly = abc[1] * gram + abc[2] * (gram @ gram)
-        return abc[0] * x + poly @ x, None
-
-    x, _ = jax.lax.scan(iteration, x, coeffs)
-    return x.astype(dtype)
 
 
 def _explicit_sharding(x):
@@ -232,7 +260,7 @@ def _explicit_sharding(x):
     return sharding
 
 
-def _orthogonalize(inputs: list, matrices: list[_Matrix], coeffs, eps, ns_dtype):
+def _orthogonalize(inputs: list, matrices: list[MatrixView], coeffs, eps, ns_dtype):
     """Newton-Schulz on every leaf of `inputs`; same-shape leaves share one batch
     (on accelerators, see `_GROUP_SAME_SHAPES`)."""
     stacks, transposed, shardings = [], [], []
@@ -243,7 +271,7 @@ def _orthogonalize(inputs: list, matrices: list[_Matrix], coeffs, eps, ns_dtype)
         if sharding is not None:
             x = jax.sharding.reshard(x, NamedSharding(sharding.mesh, P()))
         shardings.append(sharding)
-        s = mat.to_stack(x)
+        s = mat.to_view(x)
         tall = s.shape[-2] > s.shape[-1]
         stacks.append(jnp.swapaxes(s, -1, -2) if tall else s)
         transposed.append(tall)
@@ -268,7 +296,7 @@ def _orthogonalize(inputs: list, matrices: list[_Matrix], coeffs, eps, ns_dtype)
             start += n
     outputs = []
     for o, t, mat, sharding in zip(results, transposed, matrices, shardings):
-        o = mat.from_stack(jnp.swapaxes(o, -1, -2) if t else o)
+        o = mat.from_view(jnp.swapaxes(o, -1, -2) if t else o)
         if sharding is not None:
             o = jax.sharding.reshard(o, sharding)
         outputs.append(o)
@@ -280,7 +308,7 @@ class _Input:
 
     __slots__ = ("value", "matrix")
 
-    def __init__(self, value, matrix: _Matrix):
+    def __init__(self, value, matrix: MatrixView):
         self.value = value
         self.matrix = matrix
 
@@ -328,7 +356,285 @@ def _to_coeffs(value):
     return value
 
 
-class Muon(AbstractOptimizer[MuonState]):
+@typechecked
+class NorMuonState(eqx.Module):
+    """State of [`eqxopt.NorMuon`][]: as [`eqxopt.MuonState`][], plus `nu`, the
+    row-wise second moments: for a Muon leaf of shape `(out, in)`, an `(out, 1)` buffer
+    (the leaf's shape with its reduction axes set to 1), `None` elsewhere.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        state = eqxopt.NorMuon(0.02).init(params)
+        assert state.mu["w"].shape == (2, 3) and state.nu["w"].shape == (2, 1)
+        assert state.nu["b"] is None  # "b" goes to the fallback, AdamW
+        ```
+    """
+
+    count: Int32[Array, ""]
+    mu: PyTree[Inexact[Array, "..."]]
+    nu: PyTree[Float[Array, "..."]]
+    ns_coeffs: Float[Array, "ns_steps 3"]
+    fallback_state: PyTree[Any]
+
+
+_State = TypeVar("_State", MuonState, NorMuonState)
+
+
+class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
+    """Muon's body, shared by [`eqxopt.Muon`][] and [`eqxopt.NorMuon`][]: routing,
+    momentum, Newton-Schulz, the shape factor, weight decay and the fallback. A final
+    class gives its fields, its state class (`_make_state`) and, for NorMuon, the
+    row-wise normalization (`_normalize`)."""
+
+    learning_rate: AbstractVar[ScalarOrSchedule]
+    momentum: AbstractVar[ScalarLike]
+    nesterov: AbstractVar[bool]
+    ns_steps: AbstractVar[int]
+    ns_coeffs: AbstractVar[Any]
+    eps: AbstractVar[ScalarLike]
+    weight_decay: AbstractVar[ScalarOrSchedule]
+    fallback: AbstractVar[AbstractOptimizer | None]
+    scale_rule: AbstractVar[str]
+    ns_dtype: AbstractVar[Any]
+    matrix_mask: AbstractVar[FilterSpec | None]
+    state_dtype: AbstractVar[Any]
+
+    def __check_init__(self):
+        name = type(self).__name__
+        check_hyperparams(
+            self,
+            nonnegative=("learning_rate", "eps", "weight_decay"),
+            unit_interval=("momentum",),
+            positive_int=("ns_steps",),
+            choices={"scale_rule": _SCALE_RULES},
+        )
+        try:
+            shape = np.shape(self.ns_coeffs)
+        except ValueError:
+            shape = None
+        if shape != (3,) and shape != (self.ns_steps, 3):
+            raise ValueError(
+                f"`{name}(ns_coeffs=...)` must be one triple (a, b, c) or a sequence "
+                f"of `ns_steps`={self.ns_steps} triples, got "
+                + (f"shape {shape}." if shape is not None else f"{self.ns_coeffs!r}.")
+            )
+        if self.fallback is not None and not isinstance(
+            self.fallback, AbstractOptimizer
+        ):
+            raise ValueError(
+                f"`{name}(fallback=...)` must be an eqxopt optimizer (or `None` for "
+                f"AdamW), got {type(self.fallback).__name__}."
+            )
+        try:
+            ns_float = self.ns_dtype is None or jnp.issubdtype(
+                self.ns_dtype, jnp.floating
+            )
+        except TypeError:
+            ns_float = False
+        if not ns_float:
+            raise ValueError(
+                f"`{name}(ns_dtype=...)` must be a floating dtype such as "
+                f"`jnp.bfloat16`, or None, got {self.ns_dtype!r}."
+            )
+
+    # -- what differs between Muon and NorMuon ---------------------------------------
+
+    def _make_state(self, count, mu, nu, ns_coeffs, fallback_state) -> _State:
+        raise NotImplementedError
+
+    def _nu(self, state: _State):
+        """The row statistics in `state` (`None` for Muon)."""
+        return None
+
+    def _normalize(self, o, nu, view: _MuonView, dtype):
+        """`(o, nu)` after the row-wise normalization; Muon leaves both alone."""
+        return o, nu
+
+    # -- routing ---------------------------------------------------------------------
+
+    def _fallback(self) -> AbstractOptimizer:
+        if self.fallback is not None:
+            return self.fallback
+        return AdamW(
+            self.learning_rate,
+            weight_decay=self.weight_decay,
+            state_dtype=self.state_dtype,
+        )
+
+    def _route(self, params) -> tuple[list, Any]:
+        """`(views, fallback_mask)`: one `MatrixView` (Muon leaf) or `None` per leaf of
+        `params` (in `jtu.tree_flatten(params, is_leaf=is_none)` order), and the mask of
+        the fallback's leaves (`True`/`False` per param leaf, `None` elsewhere), as
+        [`eqxopt.Partition`][] resolves its labels."""
+        spec = _default_mask if self.matrix_mask is None else self.matrix_mask
+        resolved = resolve_spec(
+            spec, params, what=f"`{type(self).__name__}(matrix_mask=...)`"
+        )
+        leaves_with_path, treedef = jtu.tree_flatten_with_path(params, is_leaf=is_none)
+        values = treedef.flatten_up_to(resolved)
+        views = [
+            _as_matrix(v, p, jtu.keystr(path)) if is_param(p) else None
+            for (path, p), v in zip(leaves_with_path, values)
+        ]
+        mask = [
+            (view is None) if is_param(p) else None
+            for (_, p), view in zip(leaves_with_path, views)
+        ]
+        return views, jtu.tree_unflatten(treedef, mask)
+
+    # -- protocol --------------------------------------------------------------------
+
+    def init(self, params: Params) -> _State:
+        leaves, treedef = jtu.tree_flatten(params, is_leaf=is_none)
+        views, fb_mask = self._route(params)
+        dtype_of = lambda p: self.state_dtype or p.dtype
+        mu = [
+            None if v is None else zeros_like_leaf(p, dtype_of(p))
+            for p, v in zip(leaves, views)
+        ]
+        nu = [
+            None if v is None else jnp.zeros(v.rows.shape, dtype_of(p))
+            for p, v in zip(leaves, views)
+        ]
+        # The coefficients are stored no wider than the widest Muon param (or
+        # `state_dtype`): API rule 8. They are cast to the iteration's dtype when used.
+        dtypes = [p.dtype for p, v in zip(leaves, views) if v is not None]
+        dtypes = dtypes or [p.dtype for p in leaves if is_param(p)]
+        dtypes += [] if self.state_dtype is None else [jnp.dtype(self.state_dtype)]
+        if dtypes:
+            with jax.numpy_dtype_promotion("standard"):
+                dtype = jnp.finfo(jnp.result_type(*dtypes)).dtype
+        else:
+            dtype = jnp.dtype(jnp.float32)
+        coeffs = jnp.asarray(self.ns_coeffs, dtype)
+        coeffs = jnp.broadcast_to(coeffs, (self.ns_steps, 3))
+        return self._make_state(
+            zero_count(),
+            jtu.tree_unflatten(treedef, mu),
+            jtu.tree_unflatten(treedef, nu),
+            coeffs,
+            self._fallback().init(select(params, fb_mask)),
+        )
+
+    def update(self, grads: Updates, state: _State, params=None, **extra):
+        name = type(self).__name__
+        lr = resolve(self.learning_rate, state.count)
+        wd = resolve(self.weight_decay, state.count)
+        needs_params = not (isinstance(wd, (int, float)) and wd == 0)
+        if params is None and (needs_params or self.fallback is None):
+            raise ValueError(
+                f"`{name}.update` needs `params` (for the weight decay, and for its "
+                "default fallback, AdamW)."
+            )
+        reference = grads if params is None else params
+        _, treedef = jtu.tree_flatten(reference, is_leaf=is_none)
+        views, fb_mask = self._route(reference)
+        view_tree = jtu.tree_unflatten(treedef, views)
+        names = ("grads", "state.mu", "matrix_mask")
+
+        def _momentum(g, m, view):
+            if (view is None) != (m is None):
+                raise ValueError(
+                    f"eqxopt: `{name}(matrix_mask=...)` selects different leaves than "
+                    "when the state was initialized; re-run `init`."
+                )
+            if view is None:
+                return pack(None, None)
+            dtype = compute_dtype(g.dtype, m.dtype)
+            mom = scalar(self.momentum, dtype)
+            g32 = g.astype(dtype)
+            m32 = mom * m.astype(dtype) + (1 - mom) * g32
+            v = (1 - mom) * g32 + mom * m32 if self.nesterov else m32
+            return pack(m32.astype(m.dtype), _Input(v, view))
+
+        mu, ns_in = tree_map_unzip(
+            _momentum, 2, grads, state.mu, view_tree, names=names
+        )
+
+        # Newton-Schulz on every Muon leaf at once (same shapes share one batch).
+        is_input = lambda x: x is None or isinstance(x, _Input)
+        inputs = [x for x in jtu.tree_leaves(ns_in, is_leaf=is_input) if x is not None]
+        ortho = iter(
+            _orthogonalize(
+                [x.value for x in inputs],
+                [x.matrix for x in inputs],
+                state.ns_coeffs,
+                self.eps,
+                self.ns_dtype,
+            )
+        )
+        ortho_tree = jtu.tree_map(
+            lambda x: None if x is None else next(ortho), ns_in, is_leaf=is_input
+        )
+
+        def _finish(g, o, p, nu, view):
+            if view is None:
+                return pack(None, None)
+            _, n_out, n_in = view.view_shape
+            if self.scale_rule == "reference":
+                s = math.sqrt(max(1.0, n_out / n_in))
+            else:
+                s = 0.2 * math.sqrt(max(n_out, n_in))
+            dtype = o.dtype
+            o, nu = self._normalize(o, nu, view, dtype)
+            direction = scalar(s, dtype) * o
+            if needs_params:
+                direction = direction + scalar(wd, dtype) * p.astype(dtype)
+            update = (-scalar(lr, dtype) * direction).astype(out_dtype(g, p))
+            return pack(update, nu)
+
+        nu_in = self._nu(state)
+        muon_updates, nu = tree_map_unzip(
+            _finish,
+            2,
+            grads,
+            ortho_tree,
+            params,
+            nu_in,
+            view_tree,
+            names=("grads", "ortho", "params", "row moments (state.nu)", "matrix_mask"),
+        )
+
+        # Everything else goes to the fallback, which sees `None` at Muon leaves. With
+        # no fallback leaf at all (e.g. params that are one matrix), it is not called.
+        fb_state = state.fallback_state
+        fb_updates = None
+        if any(m is True for m in jtu.tree_leaves(fb_mask)):
+            fb_updates, fb_state = child_update(
+                self._fallback(),
+                ".fallback_state",
+                select(grads, fb_mask),
+                state.fallback_state,
+                None if params is None else select(params, fb_mask),
+                **extra,
+            )
+        if fb_updates is None:
+            updates = muon_updates
+        else:
+            updates = jtu.tree_map(
+                lambda a, b: b if a is None else a,
+                muon_updates,
+                fb_updates,
+                is_leaf=is_none,
+            )
+        new_state = self._make_state(
+            increment(state.count), mu, nu, state.ns_coeffs, fb_state
+        )
+        return updates, new_state
+
+    def hyperparams(self, state: _State) -> dict[str, Any]:
+        out = scalar_hyperparams(self, state.count)
+        out["fallback"] = self._fallback().hyperparams(state.fallback_state)
+        return out
+
+
+class Muon(_AbstractMuon[MuonState]):
     r"""Muon: SGD-momentum whose update for each weight matrix is orthogonalized by a
     Newton-Schulz iteration; every other leaf is optimized by `fallback` (AdamW).
 
@@ -359,7 +665,8 @@ class Muon(AbstractOptimizer[MuonState]):
     `out` and `in` follow Equinox's `(out, in)` layout (`shape[-2]`, `shape[-1]`), or
     the products of the axes a [`eqxopt.MuonDimensionNumbers`][] names.
 
-    **Faithful to the reference** ([KellerJordan/Muon](https://github.com/KellerJordan/Muon)):
+    **Defaults' provenance and differences from the reference**
+    ([KellerJordan/Muon](https://github.com/KellerJordan/Muon)):
     the momentum has no bias correction; Nesterov uses `grad.lerp(momentum, mu)`;
     Newton-Schulz runs on $V / (\|V\|_F + 10^{-7})$ with
     $(a, b, c) = (3.4445, -4.7750, 2.0315)$ for 5 steps, transposing tall matrices;
@@ -369,6 +676,17 @@ class Muon(AbstractOptimizer[MuonState]):
     float32 or wider, unless `ns_dtype=jnp.bfloat16`), and for 4-D conv kernels it
     flattens `(out, in, h, w)` to `(out, in*h*w)` but takes $s$ from the kernel's last
     two axes `h/w` (here: from the flattened matrix, `out/(in*h*w)`).
+
+    **Newton-Schulz coefficients.** `ns_coeffs` takes one triple or `ns_steps` triples;
+    [`eqxopt.POLAR_EXPRESS_COEFFS`][] is the Polar Express schedule (Amsel et al.
+    2025) as modded-nanogpt runs it (5 steps, safety factor 0.02), with its
+    $X / (1.02\|X\|_F + 10^{-6})$ normalization folded into the first triple, so
+    `Muon(lr, ns_coeffs=eqxopt.POLAR_EXPRESS_COEFFS)` reproduces modded-nanogpt's
+    `polar_express` (up to `eps`: `eps=1e-6 / 1.02` matches it exactly).
+
+    **State memory** per `(m, n)` Muon leaf: $mn$ elements (the momentum `mu`) in the
+    param's dtype (or `state_dtype`); plus, once, the `int32` count, the
+    `(ns_steps, 3)` coefficients, and the fallback's state for the other leaves.
 
     **Compared with `optax.contrib.muon`** (0.2.8):
 
@@ -446,201 +764,9 @@ class Muon(AbstractOptimizer[MuonState]):
     matrix_mask: FilterSpec | None = mask_field(default=None)
     state_dtype: Any = eqx.field(default=None, static=True)
 
-    def __check_init__(self):
-        check_hyperparams(
-            self,
-            nonnegative=("learning_rate", "eps", "weight_decay"),
-            unit_interval=("momentum",),
-            positive_int=("ns_steps",),
-            choices={"scale_rule": _SCALE_RULES},
-        )
-        if not isinstance(self.ns_steps, int):
-            raise ValueError(
-                f"`Muon(ns_steps=...)` must be an integer >= 1, got {self.ns_steps!r}."
-            )
-        try:
-            shape = np.shape(self.ns_coeffs)
-        except ValueError:
-            shape = None
-        if shape != (3,) and shape != (self.ns_steps, 3):
-            raise ValueError(
-                "`Muon(ns_coeffs=...)` must be one triple (a, b, c) or a sequence of "
-                f"`ns_steps`={self.ns_steps} triples, got "
-                + (f"shape {shape}." if shape is not None else f"{self.ns_coeffs!r}.")
-            )
-        if self.fallback is not None and not isinstance(
-            self.fallback, AbstractOptimizer
-        ):
-            raise ValueError(
-                "`Muon(fallback=...)` must be an eqxopt optimizer (or `None` for "
-                f"AdamW), got {type(self.fallback).__name__}."
-            )
-        try:
-            ns_float = self.ns_dtype is None or jnp.issubdtype(
-                self.ns_dtype, jnp.floating
-            )
-        except TypeError:
-            ns_float = False
-        if not ns_float:
-            raise ValueError(
-                "`Muon(ns_dtype=...)` must be a floating dtype such as `jnp.bfloat16`, "
-                f"or None, got {self.ns_dtype!r}."
-            )
-
-    # -- routing ---------------------------------------------------------------
-
-    def _fallback(self) -> AbstractOptimizer:
-        if self.fallback is not None:
-            return self.fallback
-        return AdamW(
-            self.learning_rate,
-            weight_decay=self.weight_decay,
-            state_dtype=self.state_dtype,
-        )
-
-    def _select(self, params) -> list:
-        """One `_Matrix` (Muon leaf) or `None` (fallback) per leaf of `params`, in
-        `jtu.tree_flatten(params, is_leaf=is_none)` order."""
-        spec = _default_mask if self.matrix_mask is None else self.matrix_mask
-        resolved = resolve_filter_spec(
-            _guard(spec), params, what="`Muon(matrix_mask=...)`"
-        )
-        leaves_with_path, treedef = jtu.tree_flatten_with_path(params, is_leaf=is_none)
-        values = treedef.flatten_up_to(resolved)
-        return [
-            _as_matrix(v, p, jtu.keystr(path)) if is_param(p) else None
-            for (path, p), v in zip(leaves_with_path, values)
-        ]
-
-    # -- protocol ----------------------------------------------------------------
-
-    def init(self, params: Params) -> MuonState:
-        leaves, treedef = jtu.tree_flatten(params, is_leaf=is_none)
-        selection = self._select(params)
-        mu = [
-            None if mat is None else zeros_like_leaf(p, self.state_dtype or p.dtype)
-            for p, mat in zip(leaves, selection)
-        ]
-        fb_params = [p if mat is None else None for p, mat in zip(leaves, selection)]
-        # The coefficients are stored no wider than the widest Muon param (or
-        # `state_dtype`): API rule 8. They are cast to the iteration's dtype when used.
-        dtypes = [p.dtype for p, mat in zip(leaves, selection) if mat is not None]
-        dtypes = dtypes or [p.dtype for p in leaves if is_param(p)]
-        dtypes += [] if self.state_dtype is None else [jnp.dtype(self.state_dtype)]
-        if dtypes:
-            with jax.numpy_dtype_promotion("standard"):
-                dtype = jnp.finfo(jnp.result_type(*dtypes)).dtype
-        else:
-            dtype = jnp.dtype(jnp.float32)
-        coeffs = jnp.asarray(self.ns_coeffs, dtype)
-        coeffs = jnp.broadcast_to(coeffs, (self.ns_steps, 3))
-        return MuonState(
-            count=zero_count(),
-            mu=jtu.tree_unflatten(treedef, mu),
-            ns_coeffs=coeffs,
-            fallback_state=self._fallback().init(
-                jtu.tree_unflatten(treedef, fb_params)
-            ),
-        )
-
-    def update(self, grads: Updates, state: MuonState, params=None, **extra):
-        lr = resolve(self.learning_rate, state.count)
-        wd = resolve(self.weight_decay, state.count)
-        needs_params = not (isinstance(wd, (int, float)) and wd == 0)
-        if params is None and (needs_params or self.fallback is None):
-            raise ValueError(
-                "`Muon.update` needs `params` (for the weight decay, and for its "
-                "default fallback, AdamW)."
-            )
-        reference = grads if params is None else params
-        leaves, treedef = jtu.tree_flatten(reference, is_leaf=is_none)
-        selection = self._select(reference)
-        sel_tree = jtu.tree_unflatten(treedef, selection)
-        names = ("grads", "state.mu", "matrix_mask")
-
-        def _momentum(g, m, mat):
-            if (mat is None) != (m is None):
-                raise ValueError(
-                    "eqxopt: `Muon(matrix_mask=...)` selects different leaves than "
-                    "when the state was initialized; re-run `init`."
-                )
-            if mat is None:
-                return pack(None, None)
-            dtype = compute_dtype(g.dtype, m.dtype)
-            mom = scalar(self.momentum, dtype)
-            g32 = g.astype(dtype)
-            m32 = mom * m.astype(dtype) + (1 - mom) * g32
-            v = (1 - mom) * g32 + mom * m32 if self.nesterov else m32
-            return pack(m32.astype(m.dtype), _Input(v, mat))
-
-        mu, ns_in = tree_map_unzip(_momentum, 2, grads, state.mu, sel_tree, names=names)
-
-        # Newton-Schulz on every Muon leaf at once (same shapes share one batch).
-        is_input = lambda x: x is None or isinstance(x, _Input)
-        inputs = [x for x in jtu.tree_leaves(ns_in, is_leaf=is_input) if x is not None]
-        ortho = iter(
-            _orthogonalize(
-                [x.value for x in inputs],
-                [x.matrix for x in inputs],
-                state.ns_coeffs,
-                self.eps,
-                self.ns_dtype,
-            )
-        )
-        ortho_tree = jtu.tree_map(
-            lambda x: None if x is None else next(ortho), ns_in, is_leaf=is_input
-        )
-
-        def _finish(g, o, p, mat):
-            if mat is None:
-                return None
-            _, n_out, n_in = mat.sizes
-            if self.scale_rule == "reference":
-                s = math.sqrt(max(1.0, n_out / n_in))
-            else:
-                s = 0.2 * math.sqrt(max(n_out, n_in))
-            dtype = o.dtype
-            direction = scalar(s, dtype) * o
-            if needs_params:
-                direction = direction + scalar(wd, dtype) * p.astype(dtype)
-            return (-scalar(lr, dtype) * direction).astype(out_dtype(g, p))
-
-        muon_updates = tree_map(
-            _finish,
-            grads,
-            ortho_tree,
-            params,
-            sel_tree,
-            names=("grads", "ortho", "params", "matrix_mask"),
-        )
-
-        # Everything else goes to the fallback, which sees `None` at Muon leaves.
-        fb_grads = tree_map(lambda g, mat: g if mat is None else None, grads, sel_tree)
-        fb_params = (
-            None
-            if params is None
-            else jtu.tree_map(
-                lambda p, mat: p if mat is None else None,
-                params,
-                sel_tree,
-                is_leaf=is_none,
-            )
-        )
-        fb_updates, fb_state = self._fallback().update(
-            fb_grads, state.fallback_state, fb_params, **extra
-        )
-        updates = jtu.tree_map(
-            lambda a, b: b if a is None else a,
-            muon_updates,
-            fb_updates,
-            is_leaf=is_none,
-        )
-        return updates, MuonState(increment(state.count), mu, state.ns_coeffs, fb_state)
-
-    def hyperparams(self, state: MuonState) -> dict[str, Any]:
-        out = scalar_hyperparams(self, state.count)
-        out["fallback"] = self._fallback().hyperparams(state.fallback_state)
-        return out
+    def _make_state(self, count, mu, nu, ns_coeffs, fallback_state) -> MuonState:
+        del nu
+        return MuonState(count, mu, ns_coeffs, fallback_state)
 
 
 Muon.__init__.__doc__ = r"""**Arguments:**
@@ -653,11 +779,12 @@ Muon.__init__.__doc__ = r"""**Arguments:**
 - `ns_steps`: number of Newton-Schulz iterations; default `5`. (Static.)
 - `ns_coeffs`: one triple $(a, b, c)$ used at every iteration (default Keller
     Jordan's `(3.4445, -4.7750, 2.0315)`), or a sequence of `ns_steps` triples, one
-    per iteration (e.g. the Polar Express or Dion schedules). Stored in the state by
-    `init`, as a `(ns_steps, 3)` array in the Muon params' dtype (or `state_dtype`
-    if wider), so that no state leaf is wider than the params: for float16/bfloat16
-    params the coefficients are rounded to that dtype (`3.4445` becomes `3.4375` in
-    bfloat16); pass `state_dtype=jnp.float32` to keep them exact.
+    per iteration (e.g. [`eqxopt.POLAR_EXPRESS_COEFFS`][], or Dion's schedule).
+    Stored in the state by `init`, as a `(ns_steps, 3)` array in the Muon params'
+    dtype (or `state_dtype` if wider), so that no state leaf is wider than the
+    params: for float16/bfloat16 params the coefficients are rounded to that dtype
+    (`3.4445` becomes `3.4375` in bfloat16); pass `state_dtype=jnp.float32` to keep
+    them exact.
 - `eps`: $\epsilon$ in the Frobenius normalization; default `1e-7` (the reference's).
 - `weight_decay`: $\lambda$, decoupled and multiplied by the learning rate; a number
     or a schedule; default `0.0`. Also the default fallback's weight decay.
@@ -678,4 +805,142 @@ Muon.__init__.__doc__ = r"""**Arguments:**
     others. Default: the 2-D leaves.
 - `state_dtype`: dtype of the momentum buffers (and of the default fallback's
     moments); default the param's. (Static.)
+"""
+
+
+class NorMuon(_AbstractMuon[NorMuonState]):
+    r"""NorMuon: Muon whose orthogonalized update is normalized neuron by neuron (row
+    by row, in Equinox's `(out, in)` layout) by a running second moment, then rescaled
+    to keep its Frobenius norm (Li et al. 2025).
+
+    For a matrix leaf $W$ of shape `(out, in)`, with $O_k$ the orthogonalized
+    momentum of [`eqxopt.Muon`][] (same momentum, Nesterov look-ahead and
+    Newton-Schulz):
+
+    $$v_k = \beta_2 v_{k-1} + (1-\beta_2)\,\operatorname{mean}_j\,(O_k)_{ij}^2
+      \qquad (v_k \in \mathbb{R}^{\texttt{out} \times 1})$$
+
+    $$\tilde O_k = \frac{O_k}{\sqrt{v_k} + \epsilon_2}, \qquad
+      \hat O_k = \tilde O_k\,\frac{\|O_k\|_F}{\|\tilde O_k\|_F + \epsilon_2}, \qquad
+      u_k = -\eta_k\left(s\,\hat O_k + \lambda_k W_k\right)$$
+
+    with $s$ Muon's shape factor (`scale_rule`) and $\epsilon_2$ = `norm_eps`. The
+    second moment has no bias correction, and each row of the update is divided by
+    the root of its own running mean square, so that every output neuron gets a
+    comparable step; the rescaling keeps Muon's update norm. Leaves of rank > 2
+    (through [`eqxopt.MuonDimensionNumbers`][]) are normalized per row of each
+    matrix of the batch, the reduction axes being the "columns".
+
+    Routing, options and the fallback are [`eqxopt.Muon`][]'s: 2-D leaves (or those
+    `matrix_mask` selects) are NorMuon leaves, every other leaf goes to `fallback`,
+    by default `AdamW(learning_rate, weight_decay=weight_decay)`.
+
+    **Defaults' provenance** ([zichongli5/NorMuon](https://github.com/zichongli5/NorMuon),
+    `normuon.py`): `learning_rate=0.02` (the reference's `lr`), `momentum=0.95`,
+    `beta2=0.95`, `weight_decay=0`, Nesterov, Keller Jordan's Newton-Schulz
+    (5 steps of `(3.4445, -4.7750, 2.0315)`, `eps=1e-7`), `norm_eps=1e-10` (both
+    `1e-10`s of `normuon_update`), the reference scale
+    $\sqrt{\max(1, \texttt{out}/\texttt{in})}$, and weight decay decoupled and
+    multiplied by the learning rate (`p.mul_(1 - lr * wd)`).
+
+    **Differences from the reference:**
+
+    - The reference runs Newton-Schulz in bfloat16 (here: the params' compute
+      dtype, float32 or wider, unless `ns_dtype=jnp.bfloat16`), and its buffers are
+      in the param's dtype with in-place arithmetic in that dtype (here: stored in the
+      param's dtype or `state_dtype`, computed in float32 or wider).
+    - For 4-D conv kernels the reference orthogonalizes `(out, in*h*w)` but reshapes
+      back before the normalization, so its "rows" are the `(out, in, h)` fibres along
+      the kernel's last axis `w`, and its scale uses `h/w`. Here the rows are the
+      output neurons of the flattened matrix (the axes a `MuonDimensionNumbers` names)
+      and the scale uses `out/(in*h*w)`.
+    - The reference skips weight decay for a param without a gradient (`had_grad`);
+      here every param has a gradient (JAX gives zeros).
+    - The reference's `NorMuonWithAuxAdam` uses Adam (`lr=3e-4`, `betas=(0.9, 0.95)`,
+      `eps=1e-10`) for the other params; the default `fallback` here is Muon's,
+      `AdamW(learning_rate, weight_decay=weight_decay)` with AdamW's defaults. Pass
+      `fallback=eqxopt.AdamW(3e-4, b2=0.95, eps=1e-10, weight_decay=0.0)` for the
+      reference's.
+
+    **State memory** per `(m, n)` NorMuon leaf: $mn + m$ elements in the param's dtype
+    (or `state_dtype`): the momentum `mu` and the row moments `nu`; plus, once, the
+    `int32` count and the `(ns_steps, 3)` coefficients, and the fallback's state.
+
+    ??? cite "References"
+
+        ```bibtex
+        @article{li2025normuon,
+            title={{NorMuon}: Making {Muon} more efficient and scalable},
+            author={Li, Zichong and Liu, Liming and Liang, Chen and Chen, Weizhu
+                and Zhao, Tuo},
+            journal={arXiv:2510.05491}, year={2025}}
+        ```
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((4, 3)), "b": jnp.zeros(4)}
+        grads = {"w": jnp.arange(12.0).reshape(4, 3), "b": jnp.ones(4)}
+        opt = eqxopt.NorMuon(0.02, weight_decay=0.01)  # AdamW(0.02, ...) for "b"
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        assert state.nu["w"].shape == (4, 1)  # one second moment per output neuron
+        ```
+    """
+
+    learning_rate: ScalarOrSchedule = 0.02
+    momentum: ScalarLike = 0.95
+    beta2: ScalarLike = 0.95
+    nesterov: bool = eqx.field(default=True, static=True)
+    ns_steps: int = eqx.field(default=5, static=True)
+    ns_coeffs: Any = eqx.field(default=(3.4445, -4.7750, 2.0315), converter=_to_coeffs)
+    eps: ScalarLike = 1e-7
+    norm_eps: ScalarLike = 1e-10
+    weight_decay: ScalarOrSchedule = 0.0
+    fallback: AbstractOptimizer | None = None
+    scale_rule: str = eqx.field(default="reference", static=True)
+    ns_dtype: Any = eqx.field(default=None, static=True)
+    matrix_mask: FilterSpec | None = mask_field(default=None)
+    state_dtype: Any = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        check_hyperparams(self, unit_interval=("beta2",), nonnegative=("norm_eps",))
+
+    def _make_state(self, count, mu, nu, ns_coeffs, fallback_state) -> NorMuonState:
+        return NorMuonState(count, mu, nu, ns_coeffs, fallback_state)
+
+    def _nu(self, state: NorMuonState):
+        return state.nu
+
+    def _normalize(self, o, nu, view: _MuonView, dtype):
+        rows = view.rows
+        x = view.to_view(o)  # (batch, out, in)
+        frob = lambda y: jnp.sqrt(jnp.sum(abs_sq(y), axis=(-2, -1), keepdims=True))
+        eps = scalar(self.norm_eps, dtype)
+        beta2 = scalar(self.beta2, dtype)
+        mean_sq = jnp.mean(abs_sq(x), axis=-1, keepdims=True)  # (batch, out, 1)
+        v = beta2 * rows.to_view(nu).astype(dtype) + (1 - beta2) * mean_sq
+        y = x / (jnp.sqrt(v) + eps)
+        y = y * (frob(x) / (frob(y) + eps))
+        return view.from_view(y), rows.from_view(v).astype(nu.dtype)
+
+
+NorMuon.__init__.__doc__ = r"""**Arguments:**
+
+- `learning_rate`: $\eta$; a number, an array, or a schedule; default `0.02` (the
+    reference's). Also the default fallback's learning rate.
+- `momentum`: $\mu$ in `[0, 1)`; default `0.95`.
+- `beta2`: $\beta_2$ in `[0, 1)`, the decay of the row-wise second moment; default
+    `0.95` (the reference's).
+- `nesterov`, `ns_steps`, `ns_coeffs`, `eps`, `weight_decay`, `fallback`,
+    `scale_rule`, `ns_dtype`, `matrix_mask`: as for [`eqxopt.Muon`][] (same
+    defaults); `ns_coeffs` also takes [`eqxopt.POLAR_EXPRESS_COEFFS`][].
+- `norm_eps`: $\epsilon_2$, added to $\sqrt{v}$ and to the norm in the rescaling;
+    default `1e-10` (the reference's).
+- `state_dtype`: dtype of the momentum and row-moment buffers (and of the default
+    fallback's moments); default the param's. (Static.)
 """

@@ -108,3 +108,17 @@ CASES = [
         rtol64=_RTOL64,
     ),
 ]
+
+# Polar Express (no Optax counterpart: tests/test_kron_normuon.py checks it against
+# modded-nanogpt's `polar_express`).
+CASES.append(
+    Case(
+        "muon_polar_express",
+        lambda: eqxopt.Muon(0.02, ns_coeffs=eqxopt.POLAR_EXPRESS_COEFFS),
+        bad=(
+            (lambda: eqxopt.Muon(0.02, ns_coeffs=((1.0, 2.0, 3.0),) * 4), "ns_coeffs"),
+            (lambda: eqxopt.Muon(0.02, ns_steps=0), "ns_steps"),
+            (lambda: eqxopt.Muon(0.02, momentum=1.0), "momentum"),
+        ),
+    )
+)
