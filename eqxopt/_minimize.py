@@ -1,6 +1,5 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
-import logging
 import math
 import sys
 import types
@@ -15,11 +14,19 @@ import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
 import optimistix as optx
-from jaxtyping import PyTree
+from jax.core import Tracer
+from jaxtyping import Array, Bool, Int32, PyTree
 
 from ._base import AbstractOptimizer
-from ._misc import compute_dtype, is_param
-from ._solution import RESULTS, Solution
+from ._linesearch import AbstractLineSearchOptimizer, conj
+from ._misc import (
+    compute_dtype,
+    is_param,
+    tree_map,
+)
+from ._solution import result_item, RESULTS, Solution
+from ._solver.lbfgsb import LBFGSB
+from ._transform.project import broadcast_bounds, project, project_leaf
 
 
 _ADJOINTS = ("unrolled", "implicit")
@@ -112,63 +119,173 @@ class _Progress:
             print(file=sys.stderr, flush=True)
 
 
-def _problem(fn, y_static, args, has_aux):
-    """`(value_fn, value_and_grad)` of the loss over the optimized leaves `y`."""
-    loss_and_aux = _split(fn, has_aux)
+class _Options(eqx.Module):
+    """The static options of a solve (part of the compilation key)."""
 
-    def value_fn(y):
-        return loss_and_aux(eqx.combine(y, y_static), args)[0]
-
-    def value_aux(y):
-        return loss_and_aux(eqx.combine(y, y_static), args)
-
-    return value_fn, eqx.filter_value_and_grad(value_aux, has_aux=True)
+    max_steps: int = eqx.field(static=True)
+    rtol: float = eqx.field(static=True)
+    atol: float = eqx.field(static=True)
+    has_aux: bool = eqx.field(static=True)
+    progress: bool = eqx.field(static=True)
 
 
-def _step_impl(static, dynamic, carry):
+class _Carry(eqx.Module):
+    """The state of the solve loop between steps. `g` is the gradient in the updates'
+    convention (conjugated for complex leaves, as Optax's)."""
+
+    y: PyTree
+    state: Any
+    f: Array
+    g: PyTree
+    aux: Any
+    num_steps: Int32[Array, ""]
+    num_fevals: Int32[Array, ""]
+    failed: Bool[Array, ""]
+    stalled: Bool[Array, ""]
+    no_decrease: Int32[Array, ""]
+    stop: Bool[Array, ""]
+
+
+# A line search accepts a step without decrease only where rounding in the loss
+# decides (its approximate Wolfe condition); on a badly conditioned quadratic such
+# steps come alone or in pairs, mixed with decreasing ones. This many in a row means
+# that the loss can no longer resolve the decrease the model predicts.
+_MAX_NO_DECREASE = 5
+
+
+class _Problem(eqx.Module):
+    """Everything a step needs, the traced parts included: the loss, the optimizer,
+    the static part of `y`, `args` and the bounds (full trees, or `None`)."""
+
+    fn: Callable
+    optimizer: AbstractOptimizer
+    y_static: PyTree
+    args: PyTree
+    bounds: tuple[PyTree, PyTree] | None
+
+    @property
+    def bound_aware(self) -> bool:
+        """Whether the optimizer takes the bounds into its model (else each step is
+        projected onto the box)."""
+        return isinstance(self.optimizer, LBFGSB)
+
+    def loss_and_aux(self, y, has_aux):
+        return _split(self.fn, has_aux)(eqx.combine(y, self.y_static), self.args)
+
+    def value_and_grad(self, y, has_aux):
+        """`((loss, aux), grad)` at `y`, the gradient in the updates' convention."""
+        (f, aux), g = eqx.filter_value_and_grad(
+            lambda y: self.loss_and_aux(y, has_aux), has_aux=True
+        )(y)
+        return (f, aux), conj(g)
+
+    def value_fn(self, has_aux):
+        """The loss as the optimizer sees it: with bounds and an optimizer that does
+        not know them, the loss of the projected point (so a line search never
+        evaluates outside the box)."""
+        if self.bounds is None or self.bound_aware:
+            return lambda y: self.loss_and_aux(y, has_aux)[0]
+        lower, upper = self.bounds
+        return lambda y: self.loss_and_aux(project(y, lower, upper), has_aux)[0]
+
+
+def _step_impl(static, dynamic, carry: _Carry) -> _Carry:
     """One optimizer step of the solve (the body of the skip loop)."""
-    treedef, leaves, has_aux, bar, rtol, atol = static
-    fn, optimizer, y_static, args = eqx.combine(
-        dynamic, jtu.tree_unflatten(treedef, leaves)
+    treedef, leaves, options, bar = static
+    problem: _Problem = eqx.combine(dynamic, jtu.tree_unflatten(treedef, leaves))
+    optimizer, has_aux = problem.optimizer, options.has_aux
+    extra: dict[str, Any] = dict(
+        value=carry.f, grad=conj(carry.g), value_fn=problem.value_fn(has_aux)
     )
-    value_fn, value_and_grad = _problem(fn, y_static, args, has_aux)
-    y, state, f, g, aux, num_steps, num_fevals, failed, _ = carry
-    updates, state = optimizer.update(g, state, y, value=f, grad=g, value_fn=value_fn)
-    y = eqx.apply_updates(y, updates)
-    lookahead = getattr(optimizer, "_lookahead", None)
-    cached = lookahead(state) if lookahead is not None else None
-    if cached is None:
-        (f, aux), g = value_and_grad(y)
-        num_fevals = num_fevals + 1
+    if problem.bound_aware:
+        extra["bounds"] = problem.bounds
+    updates, state = optimizer.update(carry.g, carry.state, carry.y, **extra)
+    y = eqx.apply_updates(carry.y, updates)
+    if problem.bounds is not None:
+        y = project(y, *problem.bounds)
+    evaluation = _cached(problem)
+    evaluation = None if evaluation is None else evaluation(state)
+    if evaluation is None:
+        (f, aux), g = problem.value_and_grad(y, has_aux)
+        num_fevals = carry.num_fevals + 1
         failed = jnp.zeros((), bool)
+        # A first-order method's step may be non-monotone: it has stagnated only when
+        # the step rounds away entirely.
+        stalled = ~_any_moved(y, carry.y)
+        no_decrease = carry.no_decrease
     else:
-        value, grad, failed, evals = cached
-        f = value.astype(f.dtype)
+        f = evaluation.value.astype(carry.f.dtype)
         g = jtu.tree_map(
             lambda new, old: None if old is None else new.astype(old.dtype),
-            grad,
-            g,
+            evaluation.grad,
+            carry.g,
             is_leaf=lambda x: x is None,
         )
-        num_fevals = num_fevals + evals
-    num_steps = num_steps + jnp.where(failed, 0, 1).astype(jnp.int32)
+        aux = carry.aux
+        failed = evaluation.failed
+        num_fevals = carry.num_fevals + evaluation.num_evals
+        # The optimizer says when its line search failed below the resolution of y;
+        # else accepted steps that no longer decrease the loss are counted.
+        same = ~failed & ~(f < carry.f)
+        no_decrease = jnp.where(same, carry.no_decrease + 1, 0).astype(jnp.int32)
+        stalled = evaluation.stalled | (no_decrease >= _MAX_NO_DECREASE)
+    num_steps = carry.num_steps + jnp.where(failed, 0, 1).astype(jnp.int32)
     if bar is not None:
         jax.debug.callback(bar.update, num_steps, f, ordered=True)
-    stop = _stopped(f, g, failed, rtol, atol)
-    return y, state, f, g, aux, num_steps, num_fevals, failed, stop
+    stop = _stopped(f, g, y, problem.bounds, failed | stalled, options)
+    return _Carry(
+        y, state, f, g, aux, num_steps, num_fevals, failed, stalled, no_decrease, stop
+    )
 
 
-def _converged(f, g, rtol, atol):
-    """`max|g| <= atol + rtol |f|`, in at least float32."""
+def _cached(problem: _Problem):
+    """The optimizer's `last_evaluation` when its evaluation at the new point can be
+    reused (not so for a projected method: its new point is the projection)."""
+    optimizer = problem.optimizer
+    if not isinstance(optimizer, AbstractLineSearchOptimizer):
+        return None
+    if problem.bounds is not None and not problem.bound_aware:
+        return None
+    return optimizer.last_evaluation
+
+
+def _any_moved(new, old):
+    out = jnp.zeros((), bool)
+    for a, b in zip(_leaves(new), _leaves(old)):
+        out = out | jnp.any(a != b)
+    return out
+
+
+def _gradient_measure(g, y, bounds):
+    """The gradient whose size decides convergence: `g`, or with bounds the projected
+    gradient `P(y - g) - y` (L-BFGS-B's test)."""
+    if bounds is None:
+        return g
+    lower, upper = bounds
+    return tree_map(
+        lambda g, y, lo, up: project_leaf(y - g.astype(y.dtype), lo, up) - y,
+        g,
+        y,
+        lower,
+        upper,
+        names=("grad", "y", "lower", "upper"),
+    )
+
+
+def _converged(f, g, y, bounds, options):
+    """`max|g| <= atol + rtol |f|` (`g` projected with bounds), in at least float32."""
+    g = _gradient_measure(g, y, bounds)
     dtype = compute_dtype(f.dtype, *(jnp.finfo(x.dtype).dtype for x in _leaves(g)))
-    tol = jnp.asarray(atol, dtype) + jnp.asarray(rtol, dtype) * jnp.abs(f).astype(dtype)
+    tol = jnp.asarray(options.atol, dtype) + jnp.asarray(options.rtol, dtype) * jnp.abs(
+        f
+    ).astype(dtype)
     return _max_abs(g, dtype) <= tol
 
 
-def _stopped(f, g, failed, rtol, atol):
-    """Whether the solve stops at this point (converged, non-finite, or failed)."""
+def _stopped(f, g, y, bounds, halted, options):
+    """Whether the solve stops at this point (converged, non-finite, or halted)."""
     finite = jnp.isfinite(f) & _all_finite(g)
-    return _converged(f, g, rtol, atol) | ~finite | failed
+    return _converged(f, g, y, bounds, options) | ~finite | halted
 
 
 # Jitted, so that the several traces of the loop body that the checkpointed loops make
@@ -176,11 +293,10 @@ def _stopped(f, g, failed, rtol, atol):
 _step_jit = jax.jit(_step_impl, static_argnums=0)
 
 
-def _step(fn, optimizer, y_static, args, options, bar, carry):
-    _, rtol, atol, has_aux, _ = options
-    dynamic, static = eqx.partition((fn, optimizer, y_static, args), eqx.is_array)
+def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
+    dynamic, static = eqx.partition(problem, eqx.is_array)
     leaves, treedef = jtu.tree_flatten(static)
-    key = (treedef, tuple(leaves), has_aux, bar, rtol, atol)
+    key = (treedef, tuple(leaves), options, bar)
     try:
         hash(key)
     except TypeError:
@@ -198,14 +314,13 @@ def _chunk_size(max_steps):
 def _primal(inputs):
     """The solve: `inputs -> (y, residual)`. A global function (implicit_jvp needs
     one); everything it uses comes in through `inputs`."""
-    fn, optimizer, y0, y_static, args, options = inputs
-    max_steps, rtol, atol, has_aux, progress = options
-    value_fn, value_and_grad = _problem(fn, y_static, args, has_aux)
-    (f0, aux0), g0 = value_and_grad(y0)
-    state0 = optimizer.init(y0)
-    lookahead = getattr(optimizer, "_lookahead", None)
-    uses_cache = lookahead is not None and lookahead(state0) is not None
-    bar = _Progress(max_steps) if progress else None
+    problem, y0, options = inputs
+    max_steps = options.max_steps
+    (f0, aux0), g0 = problem.value_and_grad(y0, options.has_aux)
+    state0 = problem.optimizer.init(y0)
+    cached = _cached(problem)
+    uses_cache = cached is not None and cached(state0) is not None
+    bar = _Progress(max_steps) if options.progress else None
     if bar is not None:
         jax.debug.callback(bar.start, ordered=True)
 
@@ -217,20 +332,22 @@ def _primal(inputs):
     chunk = _chunk_size(max_steps)
     num_chunks = -(-max_steps // chunk)
 
-    def chunk_body(carry, start):
+    def chunk_body(carry: _Carry, start):
         def cond(c):
             j, carry, _ = c
-            return ~carry[-1] & (j < jnp.minimum(chunk, max_steps - start))
+            return ~carry.stop & (j < jnp.minimum(chunk, max_steps - start))
 
         def body(c):
             j, carry, history = c
-            f = carry[2]
-            carry = _step(fn, optimizer, y_static, args, options, bar, carry)
+            f = carry.f
+            carry = _step(problem, options, bar, carry)
             # A failed line search returns a zero step: that step is not applied.
-            history = history.at[j].set(jnp.where(carry[7], jnp.nan, f).astype(f.dtype))
+            history = history.at[j].set(
+                jnp.where(carry.failed, jnp.nan, f).astype(f.dtype)
+            )
             return j + 1, carry, history
 
-        history = jnp.full((chunk,), jnp.nan, carry[2].dtype)
+        history = jnp.full((chunk,), jnp.nan, carry.f.dtype)
         _, carry, history = eqxi.while_loop(
             cond,
             body,
@@ -243,8 +360,10 @@ def _primal(inputs):
 
     int32 = lambda n: jnp.asarray(n, jnp.int32)
     false = jnp.zeros((), bool)
-    stop0 = _stopped(f0, g0, false, rtol, atol)
-    carry = (y0, state0, f0, g0, aux0, int32(0), int32(1), false, stop0)
+    stop0 = _stopped(f0, g0, y0, problem.bounds, false, options)
+    carry = _Carry(
+        y0, state0, f0, g0, aux0, int32(0), int32(1), false, false, int32(0), stop0
+    )
     if max_steps > 0:
         starts = jnp.arange(num_chunks, dtype=jnp.int32) * chunk
         carry, history = eqxi.scan(
@@ -253,33 +372,46 @@ def _primal(inputs):
         history = history.reshape(-1)[:max_steps]
     else:
         history = jnp.zeros((0,), f0.dtype)
-    y, state, f, g, aux, num_steps, num_fevals, failed, _ = carry
-    if has_aux and uses_cache:
+    y, f, g, aux = carry.y, carry.f, carry.g, carry.aux
+    num_fevals = carry.num_fevals
+    if options.has_aux and uses_cache:
         # The line search returns the loss and gradient at the new point, not `aux`.
-        f, aux = _split(fn, has_aux)(eqx.combine(y, y_static), args)
+        f, aux = problem.loss_and_aux(y, options.has_aux)
         num_fevals = num_fevals + 1
     finite = jnp.isfinite(f) & _all_finite(g)
-    result = RESULTS.where(
-        finite & _converged(f, g, rtol, atol),
-        RESULTS.successful,
-        RESULTS.where(
+    R = RESULTS
+    result = R.where(
+        finite & _converged(f, g, y, problem.bounds, options),
+        R.successful,
+        R.where(
             ~finite,
-            RESULTS.nonfinite,
-            RESULTS.where(failed, RESULTS.linesearch_failed, RESULTS.max_steps_reached),
+            R.nonfinite,
+            R.where(
+                carry.failed,
+                R.linesearch_failed,
+                R.where(carry.stalled, R.precision_limit, R.max_steps_reached),
+            ),
         ),
     )
     if bar is not None:
-        jax.debug.callback(bar.close, num_steps, f, ordered=True)
-    stats = {"num_steps": num_steps, "num_fevals": num_fevals, "history": history}
-    return y, (f, aux, state, result, stats)
+        jax.debug.callback(bar.close, carry.num_steps, f, ordered=True)
+    stats = {
+        "num_steps": carry.num_steps,
+        "num_fevals": num_fevals,
+        "history": history,
+    }
+    return y, (f, aux, carry.state, result, stats)
 
 
 def _rewrite(y, residual, inputs):
-    """The optimality condition `grad fn(y, args) = 0`, for the implicit adjoint."""
-    fn, _, _, y_static, args, options = inputs
-    has_aux = options[3]
-    loss_and_aux = _split(fn, has_aux)
-    return eqx.filter_grad(lambda y: loss_and_aux(eqx.combine(y, y_static), args)[0])(y)
+    """The optimality condition, for the implicit adjoint: `grad fn(y, args) = 0`, or
+    with bounds `y - P(y - grad) = 0` (so only the free variables move with `args`:
+    the rows of active variables are the identity)."""
+    problem, _, options = inputs
+    grad = eqx.filter_grad(lambda y: problem.loss_and_aux(y, options.has_aux)[0])(y)
+    if problem.bounds is None:
+        return grad
+    return _gradient_measure(conj(grad), y, problem.bounds)
 
 
 # `optx.internal.implicit_jvp` wants plain global functions.
@@ -291,21 +423,22 @@ def _leaves(tree):
     return [x for x in jtu.tree_leaves(tree) if is_param(x)]
 
 
-def _solve(fn, optimizer, y0, args, options, throw, adjoint):
+def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
     y_dyn, y_static = eqx.partition(y0, is_param)
     y_dyn = jtu.tree_map(_strong, y_dyn)
-    inputs = (fn, optimizer, y_dyn, y_static, args, options)
+    if bounds is not None:
+        bounds = broadcast_bounds(bounds, y_dyn)
+        y_dyn = project(y_dyn, *bounds)
+    problem = _Problem(fn, optimizer, y_static, args, bounds)
+    inputs = (problem, y_dyn, options)
     if adjoint == "implicit":
+        tags = frozenset() if bounds is not None else frozenset({lx.symmetric_tag})
         y, (loss, aux, state, result, stats) = optx.internal.implicit_jvp(
-            _primal,
-            _rewrite,
-            inputs,
-            frozenset({lx.symmetric_tag}),
-            lx.AutoLinearSolver(well_posed=None),
+            _primal, _rewrite, inputs, tags, lx.AutoLinearSolver(well_posed=None)
         )
         # Recompute the loss and aux outside the custom derivative, so that they are
         # differentiable too (through `y` and `args`).
-        loss, aux = _split(fn, options[3])(eqx.combine(y, y_static), args)
+        loss, aux = problem.loss_and_aux(y, options.has_aux)
         stats = dict(stats, num_fevals=stats["num_fevals"] + 1)
     else:
         y, (loss, aux, state, result, stats) = _primal(inputs)
@@ -314,10 +447,10 @@ def _solve(fn, optimizer, y0, args, options, throw, adjoint):
         loss=loss,
         aux=aux,
         state=state,
-        result=result,
+        result=result_item(result),
         stats=stats,
     )
-    if throw:
+    if throw_inside:
         sol = result.error_if(sol, result != RESULTS.successful)
     return sol
 
@@ -325,75 +458,67 @@ def _solve(fn, optimizer, y0, args, options, throw, adjoint):
 def _jit_body(dynamic, static, *rest):
     treedef, leaves = static
     leaves = [s if d is None else d for d, s in zip(dynamic, leaves)]
-    fn, optimizer, y0, args = jtu.tree_unflatten(treedef, leaves)
-    return _solve(fn, optimizer, y0, args, *rest)
+    fn, optimizer, y0, args, bounds = jtu.tree_unflatten(treedef, leaves)
+    return _solve(fn, optimizer, y0, args, bounds, *rest)
 
 
 # The solve is a loop of small, mostly scalar kernels: XLA's CPU compile time is
 # dominated by code generation for each of them, which its older (non-MLIR) fusion
-# emitters do about twice as fast, with the same run time. These options apply to this
-# one compiled function only; other backends ignore them.
-_COMPILER_OPTIONS = {"xla_cpu_use_fusion_emitters": False}
-_jits = {
-    True: jax.jit(
-        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=_COMPILER_OPTIONS
+# emitters do about twice as fast, with the same run time. The option exists in the
+# XLA of the jaxlib versions below (other backends ignore it); other versions compile
+# with XLA's defaults.
+_CPU_OPTIONS = (
+    {"xla_cpu_use_fusion_emitters": False}
+    if (0, 5, 0) <= jax.__version_info__ < (0, 11, 0)
+    else {}
+)
+# Only a top-level `jax.jit` takes compiler options: inside an outer trace (`jit`,
+# `vmap`, `grad`), the solve is traced by the plain one.
+_solve_jit = {
+    "top": jax.jit(
+        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=_CPU_OPTIONS
     ),
-    False: jax.jit(_jit_body, static_argnums=(1, 2, 3, 4)),
+    "nested": jax.jit(_jit_body, static_argnums=(1, 2, 3, 4)),
 }
-_use_options = [True]
 
 
-class _DropEquinoxErrors(logging.Filter):
-    def filter(self, record):
-        return "_EquinoxRuntimeError" not in record.getMessage() and (
-            record.exc_info is None
-            or "_EquinoxRuntimeError" not in str(record.exc_info)
-        )
+def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solution:
+    """`_solve` under `jit` (as `eqx.filter_jit`: arrays traced, the rest static).
 
-
-def _call(jitted, *args):
-    """Run, and turn an `eqx.error_if` failure into an `eqx.EquinoxRuntimeError` with
-    its message (as `eqx.filter_jit` does)."""
-    if not args[3]:  # `throw=False`: no error to catch
-        return jitted(*args)
-    logger = logging.getLogger("jax._src.callback")
-    quiet = _DropEquinoxErrors()
-    logger.addFilter(quiet)
-    try:
-        out = jitted(*args)
-        if not any(isinstance(x, jax.core.Tracer) for x in jtu.tree_leaves(out)):
-            jax.block_until_ready(out)
-        return out
-    except jax.errors.JaxRuntimeError as e:
-        marker = "_EquinoxRuntimeError: "
-        text = str(e)
-        if marker not in text:
-            raise
-        message = text.split(marker, 1)[1].split("\n\n", 1)[0].strip()
-        raise eqx.EquinoxRuntimeError(message) from None
-    finally:
-        logger.removeFilter(quiet)
-
-
-def _minimize(fn, optimizer, y0, args, options, throw, adjoint):
-    """`_solve` under `jit` (as `eqx.filter_jit`: arrays traced, the rest static)."""
+    Under an outer transformation (`jit`, `vmap`, `grad`: some input is a tracer) a
+    failure raises through `eqx.error_if` inside the computation; called eagerly, the
+    result is checked here, after the solve, and raised as an
+    `eqx.EquinoxRuntimeError`."""
     # One flatten (cheaper than `eqx.partition`): arrays are traced, the rest static.
-    leaves, treedef = jtu.tree_flatten((fn, optimizer, y0, args))
+    leaves, treedef = jtu.tree_flatten((fn, optimizer, y0, args, bounds))
     arrays = [eqx.is_array(x) for x in leaves]
+    traced = any(isinstance(x, Tracer) for x in leaves)
+    throw_inside = throw and traced
     dynamic = [x if a else None for x, a in zip(leaves, arrays)]
     static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
+    rest = (options, throw_inside, adjoint)
     try:
         hash(static)
     except TypeError:  # unhashable non-array leaves: let Equinox handle them
-        return eqx.filter_jit(_solve)(fn, optimizer, y0, args, options, throw, adjoint)
-    if _use_options[0]:
-        try:
-            return _call(_jits[True], dynamic, static, options, throw, adjoint)
-        except Exception as e:  # an XLA without these options: compile without them
-            if "xla_cpu_use_fusion_emitters" not in str(e):
-                raise
-            _use_options[0] = False
-    return _call(_jits[False], dynamic, static, options, throw, adjoint)
+        sol = eqx.filter_jit(_solve)(fn, optimizer, y0, args, bounds, *rest)
+    else:
+        sol = _solve_jit["nested" if traced else "top"](dynamic, static, *rest)
+    if throw and not traced and not bool(sol.result == RESULTS.successful):
+        raise eqx.EquinoxRuntimeError(RESULTS[sol.result])
+    return sol
+
+
+def _check_y0(y0):
+    if not _leaves(y0):
+        kinds = sorted(
+            {str(getattr(x, "dtype", type(x).__name__)) for x in jtu.tree_leaves(y0)}
+        )
+        raise ValueError(
+            "eqxopt.minimize: `y0` has no floating-point (or complex) JAX or NumPy "
+            "array to optimize (only its inexact arrays are optimized); got "
+            + (", ".join(kinds) if kinds else "an empty PyTree")
+            + ". Pass e.g. `jnp.asarray(y0, jnp.float32)`."
+        )
 
 
 def minimize(
@@ -409,12 +534,15 @@ def minimize(
     throw: bool = True,
     progress: bool = False,
     adjoint: str = "unrolled",
+    bounds: tuple[Any, Any] | None = None,
 ) -> Solution:
     r"""Minimize `fn(y, args)` over `y`, starting from `y0`, with any eqxopt optimizer.
 
     Each step evaluates the loss and its gradient and calls
     `optimizer.update(grad, state, y, value=loss, grad=grad, value_fn=...)` (optimizers
-    that need none of the extra arguments ignore them). With [`eqxopt.LBFGS`][] or a
+    that need none of the extra arguments ignore them). For complex leaves the
+    optimizer receives the conjugated gradient (Optax's convention: descent along
+    `-conj(grad)`). With [`eqxopt.LBFGS`][] or a
     bare line search, the loss and gradient at the new point come from the line
     search's last evaluation, so a step costs one evaluation when the first trial step
     is accepted.
@@ -451,6 +579,14 @@ def minimize(
         when it is not `RESULTS.successful`; with `False`, check `sol.result`.
     - `progress`: show a live progress bar (step, loss) on stderr (tqdm when
         installed).
+    - `bounds`: `None`, or `(lower, upper)` box constraints, each a PyTree prefix of
+        `y0` (a scalar bounds every element; `None` or $\pm\infty$ leaves a side
+        open). `y0` is projected into the box first and every iterate stays in it;
+        convergence uses the projected gradient, $\max_i |P(y - \nabla f)_i - y_i|
+        \le \text{atol} + \text{rtol}\,|f|$. [`eqxopt.LBFGSB`][] uses the bounds in
+        its model; any other optimizer becomes a projected method (each new point is
+        projected onto the box, and it sees the loss of the projected point).
+        `lower > upper` raises a `ValueError` naming the leaf.
     - `adjoint`: how derivatives of the solution with respect to `args` (and `y0`)
         are computed: `"unrolled"` (default) differentiates through the
         checkpointed loop, the line searches included; `"implicit"` uses the implicit
@@ -461,7 +597,12 @@ def minimize(
     **Returns:**
 
     An [`eqxopt.Solution`][] with `value`, `loss`, `aux`, `state`, `result` and
-    `stats` (`num_steps`, `num_fevals`, `history`).
+    `stats` (`num_steps`, `num_fevals`, `history`). Under `jax.vmap` (over `y0`,
+    `args` or `bounds`) every lane has its own; with `throw=False` a failing lane
+    never affects the others. When the steps round away before the tolerances hold
+    (a line search that cannot move the point beyond rounding, or 5 line-search
+    steps in a row without decrease, or a first-order step that leaves `y`
+    unchanged), the solve stops at once with `RESULTS.precision_limit`.
 
     !!! Example
 
@@ -501,5 +642,10 @@ def minimize(
     for name, tol in (("rtol", rtol), ("atol", atol)):
         if not float(tol) >= 0:
             raise ValueError(f"eqxopt.minimize: `{name}` must be >= 0, got {tol}.")
-    options = (int(max_steps), float(rtol), float(atol), bool(has_aux), bool(progress))
-    return _minimize(fn, optimizer, y0, args, options, bool(throw), adjoint)
+    _check_y0(y0)
+    if bounds is not None:  # validate here, where concrete bounds can be checked
+        broadcast_bounds(bounds, eqx.filter(y0, is_param))
+    options = _Options(
+        int(max_steps), float(rtol), float(atol), bool(has_aux), bool(progress)
+    )
+    return _minimize(fn, optimizer, y0, args, bounds, options, bool(throw), adjoint)

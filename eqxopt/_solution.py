@@ -3,6 +3,9 @@
 from typing import Any
 
 import equinox as eqx
+import numpy as np
+from equinox._enum import EnumerationItem
+from jax.core import Tracer
 from jaxtyping import Array, ArrayLike, PyTree
 
 
@@ -56,6 +59,43 @@ class RESULTS(eqx.Enumeration):
         "not deterministic, or that its gradient is wrong (check custom derivatives). "
         "Increasing the line search's `max_steps` can help on badly scaled problems."
     )
+    precision_limit = (
+        "eqxopt.minimize: `RESULTS.precision_limit`: the solve stopped where no "
+        "further decrease is possible in floating point (the steps round away: a "
+        "step left the point unchanged, or several line-search steps in a row left "
+        "the loss undecreased), at a point that is not "
+        "provably a minimum: `max|grad| <= atol + rtol * |loss|` does not hold. The "
+        "tolerances are probably below what the precision allows: loosen `rtol`/"
+        "`atol`, enable float64, or rescale the problem (its loss or its variables)."
+    )
+
+
+class _ResultItem(EnumerationItem):
+    """A `RESULTS` item that prints as its name and message."""
+
+    def __repr__(self):
+        value = self._value
+        if isinstance(value, Tracer):
+            return "RESULTS.<traced>"
+        names = {int(v._value): k for k, v in RESULTS._name_to_item.items()}
+        value = np.asarray(value)
+        if value.ndim > 0:  # batched, e.g. under `jax.vmap`
+            lanes = ", ".join(names[int(v)] for v in value.reshape(-1))
+            return f"RESULTS[{lanes}] (shape {value.shape})"
+        name = names[int(value)]
+        message = RESULTS._index_to_message[int(value)]
+        return f"RESULTS.{name}" + (f": {message}" if message else "")
+
+    __str__ = __repr__
+
+
+def result_item(item) -> "RESULTS":
+    """`item` as a `RESULTS` item that prints its name and message."""
+    return _ResultItem(item._value, RESULTS)  # pyright: ignore
+
+
+for _name, _item in list(RESULTS._name_to_item.items()):
+    RESULTS._name_to_item[_name] = result_item(_item)
 
 
 class Solution(eqx.Module):
@@ -68,7 +108,8 @@ class Solution(eqx.Module):
     - `aux`: the auxiliary output of `fn` at `value` (`None` without `has_aux`).
     - `state`: the optimizer's final state.
     - `result`: an [`eqxopt.RESULTS`][] item: `successful`, `max_steps_reached`,
-        `nonfinite` or `linesearch_failed`.
+        `nonfinite`, `linesearch_failed` or `precision_limit`; `print(sol.result)`
+        shows its name and message.
     - `stats`: a dict with `num_steps` (updates applied, int32), `num_fevals` (calls
         of `fn`; value and gradient together count once; int32) and `history` (length
         `max_steps`: `history[i]` is the loss at the start of step `i`, NaN from

@@ -9,17 +9,30 @@ caller can start the next iteration from them without evaluating the function ag
 
 import abc
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TYPE_CHECKING, TypeVar
 
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
-from jaxtyping import Array
+from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
 from .._custom_types import Params, Updates
-from .._misc import compute_dtype, is_param, tree_map
+from .._misc import (
+    compute_dtype,
+    is_param,
+    tree_map,
+)
+
+
+# Abstract fields: type checkers see a `ClassVar` (as equinox does for its
+# `AbstractClassVar`), so that their model of a final class's `__init__` takes its
+# fields, in Optax's order, from the final class alone, as equinox does at run time.
+if TYPE_CHECKING:
+    from typing import ClassVar as AbstractVar
+else:
+    from equinox import AbstractVar
 
 
 _S = TypeVar("_S")
@@ -117,10 +130,18 @@ def tree_vdot(a, b, dtype) -> Array:
     )
 
 
+def conj(tree):
+    """JAX's gradient of a real loss of complex params, conjugated: the gradient in
+    Optax's (and eqxopt's) convention for updates, where `-conj(grad)` is the steepest
+    descent direction. (Identity on real leaves.)"""
+    return tree_map(lambda x: jnp.conj(x) if jnp.iscomplexobj(x) else x, tree)
+
+
 def slope(grad, direction, dtype) -> Array:
-    """The derivative of the loss along `direction`: `Re sum(grad * direction)` (JAX's
-    gradient of a real loss of complex params is conjugated, as in Optax)."""
-    return tree_vdot(tree_map(jnp.conj, grad), direction, dtype)
+    """The derivative of the loss along `direction`, `Re <grad, direction>`, for
+    `grad` in the updates' convention (conjugated, as [`eqxopt.minimize`][] and Optax
+    pass it for complex params), i.e. the real inner product of the real views."""
+    return tree_vdot(grad, direction, dtype)
 
 
 def cast_like(tree, like):
@@ -140,6 +161,8 @@ def step_updates(step, direction, params):
 
 def evaluate(value_and_grad_fn, params, direction, step, grad_like, dtype):
     """Loss, gradient (cast like `grad_like`) and slope at `params + step * direction`.
+    The gradient is returned in the updates' convention (conjugated for complex
+    params; `value_and_grad_fn` returns JAX's).
 
     The point is built with `eqx.apply_updates(params, step_updates(...))`, exactly as a
     caller applies the returned updates, so the cached loss and gradient are those of
@@ -148,7 +171,7 @@ def evaluate(value_and_grad_fn, params, direction, step, grad_like, dtype):
     point = eqx.apply_updates(params, step_updates(step, direction, params))
     value, grad = value_and_grad_fn(point)
     value = jnp.real(jnp.asarray(value)).astype(dtype)
-    grad = cast_like(grad, grad_like)
+    grad = cast_like(conj(grad), grad_like)
     return value, grad, slope(grad, direction, dtype)
 
 
@@ -157,7 +180,69 @@ def direction_of(grads):
     return tree_map(lambda u: u.astype(compute_dtype(u.dtype)), grads)
 
 
-class AbstractLineSearch(AbstractOptimizer[_S]):
+class Evaluation(eqx.Module):
+    """The loss and gradient an optimizer already evaluated at the params its last
+    update moved to, for the caller to reuse (see `AbstractLineSearchOptimizer`).
+
+    - `value`, `grad`: the loss and its gradient there.
+    - `failed`: whether the last update failed (it then returned a zero update).
+    - `num_evals`: the evaluations the last update made.
+    - `stalled`: whether the last update failed because its direction is below the
+        resolution of the params (no trial point can differ from them by more than
+        rounding): the limit of precision, not an error.
+    """
+
+    value: Float[Array, ""]
+    grad: PyTree[Inexact[Array, "..."]]
+    failed: Bool[Array, ""]
+    num_evals: Int32[Array, ""]
+    stalled: Bool[Array, ""]
+
+
+def below_resolution(direction, params) -> Array:
+    """Whether a unit step along `direction` moves no param by more than a few ulps."""
+    out = jnp.ones((), bool)
+    for d, p in zip(
+        [x for x in jtu.tree_leaves(direction) if is_param(x)],
+        [x for x in jtu.tree_leaves(params) if is_param(x)],
+    ):
+        real = jnp.finfo(d.dtype).dtype
+        eps = jnp.asarray(4 * float(jnp.finfo(p.dtype).eps), real)
+        tiny = jnp.asarray(float(jnp.finfo(p.dtype).tiny), real)
+        limit = eps * jnp.maximum(jnp.abs(p).astype(real), tiny)
+        out = out & jnp.all(jnp.abs(d) <= limit)
+    return out
+
+
+class AbstractLineSearchOptimizer(AbstractOptimizer[_S]):
+    """An optimizer whose `update` evaluates the loss (through `value_fn=`) at the
+    point it moves to, and keeps that evaluation in its state.
+
+    [`eqxopt.minimize`][] starts the next step from `last_evaluation(state)` instead of
+    evaluating the loss again.
+    """
+
+    @abc.abstractmethod
+    def last_evaluation(self, state: _S) -> Evaluation | None:
+        """The loss and gradient at the params after the last update, or `None` when
+        this optimizer (as configured) keeps none."""
+
+
+class AbstractLineSearchState(eqx.Module):
+    """The fields every line search's state has (see [`eqxopt.ZoomState`][])."""
+
+    step_size: AbstractVar[Float[Array, ""]]
+    value: AbstractVar[Float[Array, ""]]
+    grad: AbstractVar[PyTree[Inexact[Array, "..."]]]
+    num_evals: AbstractVar[Int32[Array, ""]]
+    failed: AbstractVar[Bool[Array, ""]]
+    result: AbstractVar[LineSearchResult]
+
+
+_L = TypeVar("_L", bound=AbstractLineSearchState)
+
+
+class AbstractLineSearch(AbstractLineSearchOptimizer[_L]):
     """Base class of the line searches [`eqxopt.Zoom`][] and [`eqxopt.Backtracking`][].
 
     A line search is an optimizer: its `update(direction, state, params, *, value,
@@ -201,8 +286,9 @@ class AbstractLineSearch(AbstractOptimizer[_S]):
         direction: Updates,
         value: Array,
         grad: Updates,
-        state: _S,
-    ) -> tuple[Array, _S]:
+        state: _L,
+        max_step: Array | None = None,
+    ) -> tuple[Array, _L]:
         """Search along `direction` from `params`.
 
         **Arguments:**
@@ -213,6 +299,8 @@ class AbstractLineSearch(AbstractOptimizer[_S]):
             dtype.
         - `value`, `grad`: the loss and its gradient at `params`.
         - `state`: this line search's state.
+        - `max_step`: an upper bound on the step size (a scalar array; e.g. the end
+            of the feasible segment in a bounded problem), or `None`.
 
         **Returns:**
 
@@ -224,19 +312,20 @@ class AbstractLineSearch(AbstractOptimizer[_S]):
     def update(
         self,
         grads: Updates,
-        state: _S,
+        state: _L,
         params: Params | None = None,
         *,
         value=None,
         value_fn: Callable[[Params], Any] | None = None,
         grad: Updates | None = None,
         **extra,
-    ) -> tuple[Updates, _S]:
+    ) -> tuple[Updates, _L]:
         """Scale the descent direction `grads` by a step found along it.
 
         Needs `params` and `value_fn` (`params -> loss`); `value` (the loss at
-        `params`) and `grad` (its gradient) are computed with one extra evaluation when
-        not given.
+        `params`) and `grad` (its gradient, as `jax.grad` returns it) are computed
+        with one extra evaluation when not given. The state's `grad` is kept in the
+        updates' convention (conjugated for complex params, as Optax's updates).
         """
         name = type(self).__name__
         if params is None or value_fn is None:
@@ -250,12 +339,14 @@ class AbstractLineSearch(AbstractOptimizer[_S]):
             value0, grad0 = value_and_grad_fn(params)
             value = value0 if value is None else value
             grad = grad0 if grad is None else grad
+        grad = conj(grad)  # JAX's convention -> the updates' (see `slope`)
         direction = direction_of(grads)
         step, new_state = self.search(
             value_and_grad_fn, params, direction, jnp.asarray(value), grad, state
         )
         return step_updates(step, direction, params), new_state
 
-    def _lookahead(self, state):
-        """`(value, grad, failed, num_evals)` at the point the last update moved to."""
-        return state.value, state.grad, state.failed, state.num_evals  # pyright: ignore
+    def last_evaluation(self, state: _L) -> Evaluation:
+        return Evaluation(
+            state.value, state.grad, state.failed, state.num_evals, jnp.zeros((), bool)
+        )

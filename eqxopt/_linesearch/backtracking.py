@@ -6,10 +6,16 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike
-from .._misc import check_hyperparams, scalar, typechecked, zero_count
+from .._misc import (
+    scalar,
+    typechecked,
+    zero_count,
+)
 from . import (
     AbstractLineSearch,
+    AbstractLineSearchState,
     cast_like,
     evaluate,
     LineSearchResult,
@@ -20,7 +26,7 @@ from .zoom import init_state, tree_select
 
 
 @typechecked
-class BacktrackingState(eqx.Module):
+class BacktrackingState(AbstractLineSearchState):
     """State of [`eqxopt.Backtracking`][]; the fields mean what they mean in
     [`eqxopt.ZoomState`][].
 
@@ -130,7 +136,9 @@ class Backtracking(AbstractLineSearch[BacktrackingState]):
     def init(self, params: Params) -> BacktrackingState:
         return init_state(BacktrackingState, params)
 
-    def search(self, value_and_grad_fn, params, direction, value, grad, state):
+    def search(
+        self, value_and_grad_fn, params, direction, value, grad, state, max_step=None
+    ):
         dtype = scalar_dtype(params)
         c1 = scalar(self.c1, dtype)
         rho = scalar(self.decrease_factor, dtype)
@@ -149,6 +157,8 @@ class Backtracking(AbstractLineSearch[BacktrackingState]):
             )
         if self.max_step_size is not None:
             t0 = jnp.minimum(t0, scalar(self.max_step_size, dtype))
+        if max_step is not None:
+            t0 = jnp.minimum(t0, jnp.asarray(max_step).astype(dtype))
         finite0 = jnp.isfinite(f0) & jnp.isfinite(s0)
         start_ok = finite0 & (s0 < 0)
         false = jnp.zeros((), bool)

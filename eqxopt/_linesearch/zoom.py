@@ -8,9 +8,9 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike
 from .._misc import (
-    check_hyperparams,
     is_none,
     scalar,
     typechecked,
@@ -19,6 +19,7 @@ from .._misc import (
 )
 from . import (
     AbstractLineSearch,
+    AbstractLineSearchState,
     cast_like,
     concrete_item,
     evaluate,
@@ -30,7 +31,7 @@ from . import (
 
 
 @typechecked
-class ZoomState(eqx.Module):
+class ZoomState(AbstractLineSearchState):
     """State of [`eqxopt.Zoom`][].
 
     - `step_size`: the last accepted step size (the initial guess of the next search
@@ -276,8 +277,16 @@ class Zoom(AbstractLineSearch[ZoomState]):
     def init(self, params: Params) -> ZoomState:
         return init_state(ZoomState, params)
 
-    def search(self, value_and_grad_fn, params, direction, value, grad, state):
+    def search(
+        self, value_and_grad_fn, params, direction, value, grad, state, max_step=None
+    ):
         dtype = scalar_dtype(params)
+        t_max = None
+        if self.max_step_size is not None:
+            t_max = scalar(self.max_step_size, dtype)
+        if max_step is not None:
+            bound = jnp.asarray(max_step).astype(dtype)
+            t_max = bound if t_max is None else jnp.minimum(t_max, bound)
         c1, c2 = scalar(self.c1, dtype), scalar(self.c2, dtype)
         increase = scalar(self.increase_factor, dtype)
         threshold = scalar(self.interval_threshold, dtype)
@@ -290,8 +299,8 @@ class Zoom(AbstractLineSearch[ZoomState]):
         else:
             previous = state.step_size.astype(dtype)
             t0 = jnp.where(previous > 0, previous, jnp.ones((), dtype))
-        if self.max_step_size is not None:
-            t0 = jnp.minimum(t0, scalar(self.max_step_size, dtype))
+        if t_max is not None:
+            t0 = jnp.minimum(t0, t_max)
 
         def errors(t, f, s):
             decrease = f - f0 - c1 * t * s0
@@ -342,8 +351,8 @@ class Zoom(AbstractLineSearch[ZoomState]):
         def trial(c):
             """The next trial step: bracketing (Alg. 3.5) or zooming (Alg. 3.6)."""
             t_bracket = _select(c["i"] == 0, t0, increase * c["t"])
-            if self.max_step_size is not None:
-                t_bracket = jnp.minimum(t_bracket, scalar(self.max_step_size, dtype))
+            if t_max is not None:
+                t_bracket = jnp.minimum(t_bracket, t_max)
             lo, hi = c["lo"], c["hi"]
             delta = jnp.abs(hi - lo)
             left, right = jnp.minimum(lo, hi), jnp.maximum(lo, hi)
@@ -376,8 +385,8 @@ class Zoom(AbstractLineSearch[ZoomState]):
             sufficient = decrease <= 0
             wolfe = err <= 0
             zooming = c["bracketed"] > 0
-            if self.max_step_size is not None:
-                max_reached = ~zooming & (t >= scalar(self.max_step_size, dtype))
+            if t_max is not None:
+                max_reached = ~zooming & (t >= t_max)
             else:
                 max_reached = jnp.zeros((), bool)
             # Bracketing phase: the new point becomes `hi`, or `lo` (and the previous

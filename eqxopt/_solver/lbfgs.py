@@ -7,11 +7,15 @@ import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
-from .._base import AbstractOptimizer
+from .._base import scalar_hyperparams
+from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarOrSchedule, Updates
 from .._linesearch import (
     AbstractLineSearch,
+    AbstractLineSearchOptimizer,
+    below_resolution,
     direction_of,
+    Evaluation,
     scalar_dtype,
     step_updates,
     store_dtype,
@@ -19,13 +23,11 @@ from .._linesearch import (
 )
 from .._linesearch.zoom import Zoom
 from .._misc import (
-    check_hyperparams,
     compute_dtype,
     increment,
     out_dtype,
     resolve,
     scalar,
-    scalar_hyperparams,
     tree_map,
     typechecked,
     zero_count,
@@ -50,10 +52,12 @@ class LBFGSState(eqx.Module):
         update to save an evaluation (as [`eqxopt.minimize`][] does).
     - `prev_params`, `prev_grads`: without a line search, the previous params and
         gradients (to form the next pair); `None` otherwise.
+    - `stalled`: whether the last update's line search failed along a steepest-descent
+        direction below the resolution of the params (the limit of precision).
     - `failed`: whether the last update's line search failed along the
-        steepest-descent direction (a failure along an L-BFGS direction instead
-        clears the memory and returns a zero update, and the next update starts again
-        from steepest descent).
+        steepest-descent direction otherwise (a failure along an L-BFGS direction
+        instead clears the memory and returns a zero update, and the next update
+        starts again from steepest descent).
 
     !!! Example
 
@@ -77,6 +81,7 @@ class LBFGSState(eqx.Module):
     head: Int32[Array, ""]
     gamma: Float[Array, ""]
     linesearch_state: Any
+    stalled: Bool[Array, ""]
     prev_params: PyTree[Inexact[Array, "..."]] | None
     prev_grads: PyTree[Inexact[Array, "..."]] | None
     failed: Bool[Array, ""]
@@ -159,7 +164,7 @@ def _difference(a, b):
     )
 
 
-class LBFGS(AbstractOptimizer[LBFGSState]):
+class LBFGS(AbstractLineSearchOptimizer[LBFGSState]):
     r"""L-BFGS: a quasi-Newton method for deterministic (full-batch) losses.
 
     The update is $u_k = t_k d_k$ with the direction $d_k = -\eta_k H_k g_k$, where
@@ -239,8 +244,8 @@ class LBFGS(AbstractOptimizer[LBFGSState]):
         ```
     """
 
-    memory_size: int = eqx.field(default=10, static=True)
     learning_rate: ScalarOrSchedule | None = None
+    memory_size: int = eqx.field(default=10, static=True)
     scale_init_precond: bool = eqx.field(default=True, static=True)
     linesearch: AbstractLineSearch | None = Zoom()
     state_dtype: Any = eqx.field(default=None, static=True, kw_only=True)
@@ -284,6 +289,7 @@ class LBFGS(AbstractOptimizer[LBFGSState]):
             head=zero_count(),
             gamma=jnp.zeros((), dtype),
             linesearch_state=ls_state,
+            stalled=jnp.zeros((), bool),
             prev_params=prev,
             prev_grads=prev,
             failed=jnp.zeros((), bool),
@@ -354,6 +360,7 @@ class LBFGS(AbstractOptimizer[LBFGSState]):
                 head=head,
                 gamma=gamma,
                 linesearch_state=None,
+                stalled=state.stalled,
                 prev_params=tree_map(
                     lambda p, q: p.astype(q.dtype), params, state.prev_params
                 ),
@@ -364,6 +371,7 @@ class LBFGS(AbstractOptimizer[LBFGSState]):
             )
             return updates, new_state
 
+        assert value_fn is not None  # checked above: a line search needs it
         value_and_grad_fn = eqx.filter_value_and_grad(value_fn)
         if value is None:
             value = value_fn(params)
@@ -387,6 +395,9 @@ class LBFGS(AbstractOptimizer[LBFGSState]):
         ls_failed = ls_state.failed
         was_empty = jnp.all(state.rho_memory == 0)
         rho = jnp.where(ls_failed, jnp.zeros_like(rho), rho)
+        # A failure along a direction below the params' resolution is the limit of
+        # precision, not an error.
+        stalled = ls_failed & was_empty & below_resolution(direction, params)
         new_state = LBFGSState(
             count=increment(state.count),
             s_memory=s_mem,
@@ -395,9 +406,10 @@ class LBFGS(AbstractOptimizer[LBFGSState]):
             head=head,
             gamma=gamma,
             linesearch_state=ls_state,
+            stalled=stalled,
             prev_params=None,
             prev_grads=None,
-            failed=ls_failed & was_empty,
+            failed=ls_failed & was_empty & ~stalled,
         )
         return updates, new_state
 
@@ -407,20 +419,20 @@ class LBFGS(AbstractOptimizer[LBFGSState]):
             out["linesearch"] = self.linesearch.hyperparams(state.linesearch_state)
         return out
 
-    def _lookahead(self, state: LBFGSState):
-        """`(value, grad, failed, num_evals)` at the params after the last update, or
-        `None` without a line search."""
+    def last_evaluation(self, state: LBFGSState) -> Evaluation | None:
+        """The loss and gradient the line search evaluated at the params after the
+        last update (`None` without a line search)."""
         if self.linesearch is None:
             return None
         ls = state.linesearch_state
-        return ls.value, ls.grad, state.failed, ls.num_evals
+        return Evaluation(ls.value, ls.grad, state.failed, ls.num_evals, state.stalled)
 
 
-LBFGS.__init__.__doc__ = r"""**Arguments:**
+LBFGS.__init__.__doc__ = r"""**Arguments:** (in `optax.lbfgs`'s order)
 
-- `memory_size`: the number $m \ge 1$ of pairs kept. (Static.)
 - `learning_rate`: $\eta$, scaling the direction before the line search; a number,
     an array, a schedule, or `None` (default) for 1.
+- `memory_size`: the number $m \ge 1$ of pairs kept. (Static.)
 - `scale_init_precond`: start the two-loop recursion from $\gamma_k I$ (default) or
     from $I$. (Static.)
 - `linesearch`: an [`eqxopt.Zoom`][] (default: `Zoom()`, strong Wolfe, at most 20

@@ -57,6 +57,11 @@ CASES = [
         loss=quadratic_loss,
         extra=_extra,
         wrappable=False,  # accumulating the gradients of a line search: meaningless
+        bad=(
+            (lambda: eqxopt.LBFGS(memory_size=0), "memory_size"),
+            (lambda: eqxopt.LBFGS(-1.0), "learning_rate"),
+        ),
+        optax_fn="lbfgs",
     ),
     Case(
         "lbfgs_fixed_step",
