@@ -4,6 +4,7 @@ Optax is an optional dependency: it is imported inside the functions, never when
 `eqxopt` is imported.
 """
 
+import inspect
 from typing import Any
 
 import equinox as eqx
@@ -12,7 +13,12 @@ from jaxtyping import PyTree
 
 from ._base import AbstractOptimizer
 from ._custom_types import Params, Updates
-from ._misc import is_param, out_dtype, tree_map, typechecked
+from ._misc import (
+    is_param,
+    out_dtype,
+    tree_map,
+    typechecked,
+)
 
 
 # The attribute `to_optax` sets on its `update` function, so that `from_optax` can
@@ -184,6 +190,37 @@ def _only_params(tree):
     )
 
 
+def _accepted_extra_args_only(optax, tx):
+    """`tx`, with an `update` that forwards each extra argument only if `tx.update`
+    accepts it (by name, or through `**kwargs`).
+
+    `GradientTransformationExtraArgs` is a promise that `update` takes extra keyword
+    arguments, but some of Optax's keep it only for the ones they use: e.g.
+    `optax.contrib.sam`'s `update(updates, state, params, *, grad_fn=None)`, which
+    would fail on the `value=` a `Chain` forwards to every child. Optax's own
+    combinators pass a transformation only what it accepts.
+    """
+    try:
+        parameters = list(inspect.signature(tx.update).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: forward everything
+        return tx
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return tx
+    # After `updates, state, params`, the keyword arguments it names.
+    accepted = frozenset(
+        p.name
+        for p in parameters[3:]
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
+    inner_update = tx.update
+
+    def update(updates, state, params=None, **extra):
+        kept = {k: v for k, v in extra.items() if k in accepted}
+        return inner_update(updates, state, params, **kept)
+
+    return optax.GradientTransformationExtraArgs(tx.init, update)
+
+
 def from_optax(tx: Any) -> AbstractOptimizer:
     """Use an Optax gradient transformation as an eqxopt optimizer.
 
@@ -224,9 +261,11 @@ def from_optax(tx: Any) -> AbstractOptimizer:
         )
     if isinstance(tx, optax.GradientTransformation):
         tx = optax.with_extra_args_support(tx)
+        tx = _accepted_extra_args_only(optax, tx)
     elif callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None)):
         # E.g. `optax.MultiSteps`, whose `update` takes extra arguments.
         tx = optax.GradientTransformationExtraArgs(tx.init, tx.update)
+        tx = _accepted_extra_args_only(optax, tx)
     else:
         raise TypeError(
             "`eqxopt.from_optax(tx)` takes an `optax.GradientTransformation` (or an "
