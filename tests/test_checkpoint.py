@@ -225,3 +225,148 @@ def test_mid_training_resume_for_a_plain_params_tree(tmp_path):
         p1, s1 = opt.step(p1, g, s1)
         p2, s2 = opt2.step(p2, g, s2)
     assert eqx.tree_equal((p1, s1), (p2, s2), typematch=True)
+
+
+# --- Checkpoints across versions of the optimizer (eqxopt.save_checkpoint,
+# eqxopt.load_checkpoint, eqxopt.check_checkpoint) ---------------------------------
+
+
+def test_restore_state_into_optimizer_with_new_hyperparameters(tmp_path):
+    xs = _data(5)
+    old = eqxopt.AdamW(1e-2, weight_decay=0.01)
+    params, state = _run(old, _params(), old.init(_params()), xs[:2])
+    eqxopt.save_checkpoint(tmp_path / "state.eqx", state)
+    # A new learning rate and more weight decay: the state has the same structure,
+    # so it restores, and training with the new optimizer continues from it exactly
+    # as from the state in memory.
+    new = eqxopt.AdamW(3e-3, weight_decay=0.1)
+    restored = eqxopt.load_checkpoint(
+        tmp_path / "state.eqx", eqxopt.abstract_state(new, _params())
+    )
+    assert eqx.tree_equal(restored, state, typematch=True)
+    resumed = _run(new, params, restored, xs[2:])
+    straight = _run(new, params, state, xs[2:])
+    assert eqx.tree_equal(resumed, straight, typematch=True)
+    # ...and differs from continuing with the old hyperparameters.
+    assert not eqx.tree_equal(resumed, _run(old, params, state, xs[2:]))
+
+
+def test_restore_into_another_optimizer_class_names_the_path(tmp_path):
+    params = _params()
+    eqxopt.save_checkpoint(tmp_path / "adam.eqx", eqxopt.Adam(1e-2).init(params))
+    # Lion's state has Adam's first leaves (count, mu) and no `nu`: without the
+    # header Equinox would read the first leaves into it and never notice.
+    lion = eqxopt.Lion(1e-3)
+    with pytest.raises(eqxopt.CheckpointMismatchError, match="AdamState.*LionState"):
+        eqxopt.load_checkpoint(tmp_path / "adam.eqx", lion.init(params))
+    # Same leaves, another class: RMSProp's `nu` vs Adagrad's accumulator.
+    eqxopt.save_checkpoint(tmp_path / "rms.eqx", eqxopt.RMSProp(1e-2).init(params))
+    with pytest.raises(eqxopt.CheckpointMismatchError) as info:
+        eqxopt.load_checkpoint(
+            tmp_path / "rms.eqx", eqxopt.abstract_state(eqxopt.Adagrad(1e-2), params)
+        )
+    assert info.value.path == ""
+    assert "RMSPropState" in str(info.value) and "AdagradState" in str(info.value)
+    # Nested: the error names the path of the node that differs.
+    chain = eqxopt.Chain(eqxopt.ClipByGlobalNorm(1.0), eqxopt.Adam(1e-2))
+    eqxopt.save_checkpoint(tmp_path / "chain.eqx", (chain.init(params), params))
+    other = eqxopt.Chain(eqxopt.ClipByGlobalNorm(1.0), eqxopt.Lion(1e-2))
+    with pytest.raises(eqxopt.CheckpointMismatchError) as info:
+        eqxopt.check_checkpoint(tmp_path / "chain.eqx", (other.init(params), params))
+    assert info.value.path == "[0][1]"
+    assert "`[0][1]`" in str(info.value)
+
+
+def test_restore_into_another_param_tree_names_the_path(tmp_path):
+    opt = eqxopt.AdamW(1e-2)
+    params = _params()
+    eqxopt.save_checkpoint(tmp_path / "ckpt.eqx", (params, opt.init(params)))
+    # Another shape.
+    wider = dict(params, w1=jnp.zeros((32, 8), jnp.float32))
+    with pytest.raises(eqxopt.CheckpointMismatchError) as info:
+        eqxopt.load_checkpoint(tmp_path / "ckpt.eqx", (wider, opt.init(wider)))
+    assert info.value.path == "[0]['w1']"
+    assert "float32(16, 8)" in str(info.value) and "float32(32, 8)" in str(info.value)
+    # An extra param: the first path that differs is the new one.
+    more = dict(params, a=jnp.zeros(3, jnp.float32))
+    with pytest.raises(eqxopt.CheckpointMismatchError) as info:
+        eqxopt.load_checkpoint(tmp_path / "ckpt.eqx", (more, opt.init(more)))
+    assert info.value.path == "[0]['a']"
+    # A missing param.
+    fewer = {k: v for k, v in params.items() if k != "w2"}
+    with pytest.raises(eqxopt.CheckpointMismatchError) as info:
+        eqxopt.load_checkpoint(tmp_path / "ckpt.eqx", (fewer, opt.init(fewer)))
+    assert info.value.path == "[1].count"  # where `w2` was, the target goes on
+    # Another state dtype (an optimizer built with `state_dtype=`).
+    bf16 = eqxopt.AdamW(1e-2, state_dtype=jnp.bfloat16)
+    with pytest.raises(eqxopt.CheckpointMismatchError) as info:
+        eqxopt.check_checkpoint(
+            tmp_path / "ckpt.eqx", (params, eqxopt.abstract_state(bf16, params))
+        )
+    assert info.value.path == "[1].mu['b1']"
+    assert "bfloat16" in str(info.value)
+
+
+def test_load_checkpoint_checks_plain_equinox_files(tmp_path):
+    params = _params()
+    state = eqxopt.Adam(1e-2).init(params)
+    eqx.tree_serialise_leaves(tmp_path / "plain.eqx", state)
+    # A plain file restores as with Equinox...
+    restored = eqxopt.load_checkpoint(
+        tmp_path / "plain.eqx", jax.eval_shape(lambda: state)
+    )
+    assert eqx.tree_equal(restored, state, typematch=True)
+    # ...and a mismatch is found from the arrays' own headers, before reading.
+    wider = dict(params, w2=jnp.zeros((4, 32), jnp.float32))
+    with pytest.raises(eqxopt.CheckpointMismatchError) as info:
+        eqxopt.load_checkpoint(tmp_path / "plain.eqx", eqxopt.Adam(1e-2).init(wider))
+    assert info.value.path == ".mu['w2']"
+    with pytest.raises(eqxopt.CheckpointMismatchError, match="ends before"):
+        eqxopt.load_checkpoint(tmp_path / "plain.eqx", (state, params))
+
+
+def test_load_checkpoint_places_sharded_structs(tmp_path):
+    _, opt, params, state, shard, state_sh, _ = _sharded_setup()
+    eqxopt.save_checkpoint(tmp_path / "ckpt.eqx", (params, state))
+    target = (
+        jtu.tree_map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+            params,
+        ),
+        eqxopt.abstract_state(opt, params),
+    )
+    params2, state2 = eqxopt.load_checkpoint(tmp_path / "ckpt.eqx", target)
+    for leaf, sharding in zip(jtu.tree_leaves(state2), jtu.tree_leaves(state_sh)):
+        assert leaf.sharding == sharding
+    assert eqx.tree_equal((params2, state2), (params, state), typematch=True)
+
+
+def test_orbax_mismatching_target_names_the_path(tmp_path):
+    ocp = pytest.importorskip("orbax.checkpoint")
+    params = _params()
+    opt = eqxopt.AdamW(1e-2)
+    path = tmp_path / "orbax"
+    with ocp.StandardCheckpointer() as ckpt:
+        ckpt.save(path, {"params": params, "state": opt.init(params)})
+
+    def target(opt, params):
+        return {
+            "params": jax.eval_shape(lambda: params),
+            "state": eqxopt.abstract_state(opt, params),
+        }
+
+    eqxopt.check_checkpoint(path, target(opt, params))  # matches: no error
+    # Another optimizer class: Lion's state lacks `nu`.
+    with pytest.raises(eqxopt.CheckpointMismatchError) as info:
+        eqxopt.check_checkpoint(path, target(eqxopt.Lion(1e-3), params))
+    assert info.value.path == "state.nu.b1"
+    # Another shape: Orbax's own error does not say which array.
+    wider = dict(params, w1=jnp.zeros((32, 8), jnp.float32))
+    with pytest.raises(eqxopt.CheckpointMismatchError) as info:
+        eqxopt.check_checkpoint(path, target(opt, wider))
+    assert info.value.path == "['params']['w1']"
+    # Another dtype: Orbax would cast silently.
+    bf16 = eqxopt.AdamW(1e-2, state_dtype=jnp.bfloat16)
+    with pytest.raises(eqxopt.CheckpointMismatchError, match="bfloat16") as info:
+        eqxopt.check_checkpoint(path, target(bf16, params))
+    assert info.value.path == "['state'].mu['b1']"
