@@ -5,9 +5,16 @@ import importlib.metadata as _metadata
 from . import schedules as schedules
 from ._base import (
     AbstractOptimizer as AbstractOptimizer,
+    child_update as child_update,
     CountState as CountState,
     EmptyState as EmptyState,
     StateDriftError as StateDriftError,
+)
+from ._checkpoint import (
+    check_checkpoint as check_checkpoint,
+    CheckpointMismatchError as CheckpointMismatchError,
+    load_checkpoint as load_checkpoint,
+    save_checkpoint as save_checkpoint,
 )
 from ._interop import (
     from_optax as from_optax,
@@ -25,6 +32,7 @@ from ._linesearch.backtracking import (
 )
 from ._linesearch.zoom import Zoom as Zoom, ZoomState as ZoomState
 from ._minimize import minimize as minimize
+from ._optimizers.acprop import AcProp as AcProp, AcPropState as AcPropState
 from ._optimizers.adadelta import (
     Adadelta as Adadelta,
     AdadeltaState as AdadeltaState,
@@ -69,7 +77,29 @@ from ._optimizers.adan import (
 )
 from ._optimizers.ademamix import AdEMAMix as AdEMAMix, AdEMAMixState as AdEMAMixState
 from ._optimizers.adopt import ADOPT as ADOPT, ADOPTState as ADOPTState
+from ._optimizers.cocob import COCOB as COCOB, COCOBState as COCOBState
+from ._optimizers.dadapt import (
+    DAdaptAdamW as DAdaptAdamW,
+    DAdaptAdamWState as DAdaptAdamWState,
+)
+from ._optimizers.dog import (
+    DoG as DoG,
+    DoGState as DoGState,
+    DoWG as DoWG,
+    DoWGState as DoWGState,
+)
+from ._optimizers.dpsgd import (
+    DifferentiallyPrivateAggregate as DifferentiallyPrivateAggregate,
+    DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState,
+    DPSGD as DPSGD,
+    DPSGDState as DPSGDState,
+)
 from ._optimizers.fromage import Fromage as Fromage
+from ._optimizers.kron import (
+    Kron as Kron,
+    KronState as KronState,
+    PrecondUpdateProbSchedule as PrecondUpdateProbSchedule,
+)
 from ._optimizers.lamb import (
     Lamb as Lamb,
     Lars as Lars,
@@ -81,16 +111,32 @@ from ._optimizers.lion import (
     LionState as LionState,
     ScaleByLion as ScaleByLion,
 )
+from ._optimizers.madgrad import Madgrad as Madgrad, MadgradState as MadgradState
+from ._optimizers.mars import MARS as MARS, MARSState as MARSState
+from ._optimizers.mechanize import (
+    Mechanize as Mechanize,
+    MechanizeState as MechanizeState,
+)
+from ._optimizers.momo import (
+    Momo as Momo,
+    MomoAdam as MomoAdam,
+    MomoAdamState as MomoAdamState,
+    MomoState as MomoState,
+)
 from ._optimizers.muon import (
     Muon as Muon,
     MuonDimensionNumbers as MuonDimensionNumbers,
     MuonState as MuonState,
+    NorMuon as NorMuon,
+    NorMuonState as NorMuonState,
+    POLAR_EXPRESS_COEFFS as POLAR_EXPRESS_COEFFS,
 )
 from ._optimizers.noisy import (
     AddNoise as AddNoise,
     AddNoiseState as AddNoiseState,
     NoisySGD as NoisySGD,
 )
+from ._optimizers.normalize import Normalize as Normalize
 from ._optimizers.novograd import (
     Novograd as Novograd,
     NovogradState as NovogradState,
@@ -112,6 +158,7 @@ from ._optimizers.rmsprop import (
     ScaleByStddev as ScaleByStddev,
 )
 from ._optimizers.rprop import Rprop as Rprop, RpropState as RpropState
+from ._optimizers.sam import SAM as SAM, SAMState as SAMState
 from ._optimizers.schedule_free import (
     ScheduleFree as ScheduleFree,
     ScheduleFreeAdamW as ScheduleFreeAdamW,
@@ -121,27 +168,45 @@ from ._optimizers.schedule_free import (
     ScheduleFreeState as ScheduleFreeState,
 )
 from ._optimizers.sgd import SGD as SGD, SGDState as SGDState
+from ._optimizers.shampoo import Shampoo as Shampoo, ShampooState as ShampooState
 from ._optimizers.sign import (
     ScaleBySign as ScaleBySign,
     SignSGD as SignSGD,
     Signum as Signum,
     SignumState as SignumState,
 )
+from ._optimizers.simplified_ademamix import (
+    SimplifiedAdEMAMix as SimplifiedAdEMAMix,
+    SimplifiedAdEMAMixState as SimplifiedAdEMAMixState,
+)
 from ._optimizers.sm3 import ScaleBySM3 as ScaleBySM3, SM3 as SM3, SM3State as SM3State
+from ._optimizers.soap import SOAP as SOAP, SOAPState as SOAPState
+from ._optimizers.sophia import (
+    HutchinsonEstimatorDiagHessian as HutchinsonEstimatorDiagHessian,
+    HutchinsonState as HutchinsonState,
+    Sophia as Sophia,
+    SophiaState as SophiaState,
+)
 from ._sharding import (
     abstract_state as abstract_state,
     state_shardings as state_shardings,
 )
 from ._solution import RESULTS as RESULTS, Solution as Solution
 from ._solver.lbfgs import LBFGS as LBFGS, LBFGSState as LBFGSState
+from ._solver.lbfgsb import LBFGSB as LBFGSB, LBFGSBState as LBFGSBState
 from ._transform.accumulate import (
     MultiSteps as MultiSteps,
     MultiStepsState as MultiStepsState,
 )
 from ._transform.agc import AdaptiveGradClip as AdaptiveGradClip
+from ._transform.cautious import Cautious as Cautious
 from ._transform.centralize import Centralize as Centralize
 from ._transform.chain import Chain as Chain
 from ._transform.clip import Clip as Clip, ClipByGlobalNorm as ClipByGlobalNorm
+from ._transform.complex import (
+    SplitRealAndImaginary as SplitRealAndImaginary,
+    SplitRealAndImaginaryState as SplitRealAndImaginaryState,
+)
 from ._transform.ema import (
     EMA as EMA,
     EMAState as EMAState,
@@ -171,6 +236,11 @@ from ._transform.nan import (
     ZeroNansState as ZeroNansState,
 )
 from ._transform.nonnegative import KeepParamsNonnegative as KeepParamsNonnegative
+from ._transform.plateau import (
+    ReduceOnPlateau as ReduceOnPlateau,
+    ReduceOnPlateauState as ReduceOnPlateauState,
+)
+from ._transform.project import ProjectBox as ProjectBox
 from ._transform.scale import Scale as Scale, ScaleByLearningRate as ScaleByLearningRate
 from ._transform.trace import Trace as Trace, TraceState as TraceState
 from ._transform.weight_decay import AddDecayedWeights as AddDecayedWeights

@@ -7,6 +7,7 @@ table can never drift from what is actually tested.
 """
 
 import inspect
+import re
 
 import jax.tree_util as jtu
 import optax
@@ -46,6 +47,16 @@ def _classes(opt) -> list[str]:
     return [type(opt).__name__] + found
 
 
+_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)\.(?=\s|$)")
+
+
+def _summary(obj) -> str:
+    """The first sentence of the docstring, on one line (a table cell)."""
+    paragraph = " ".join((inspect.getdoc(obj) or "").strip().split("\n\n")[0].split())
+    match = _SENTENCE_END.search(paragraph)
+    return (paragraph[: match.end()] if match else paragraph).replace("|", "\\|")
+
+
 def _public_optimizers() -> list[str]:
     out = []
     for name in dir(eqxopt):
@@ -73,8 +84,10 @@ def main() -> str:
         "carry and `lax.cond` output, for tracing once, tracer leaks and",
         "serialisation.",
         "",
-        "| eqxopt | registry cases | Optax reference | parity (f32 / f64 rtol) |",
-        "| --- | --- | --- | --- |",
+        "| eqxopt | summary | registry cases | Optax reference "
+        "| parity (f32 / f64 rtol) "
+        "|",
+        "| --- | --- | --- | --- | --- |",
     ]
     for name in _public_optimizers():
         own = [(c, o) for c, o in built if type(o).__name__ == name]
@@ -97,7 +110,9 @@ def main() -> str:
             ref, tol = "via the enclosing case", "-"
         else:
             ids, ref, tol = "**not in the registry**", "-", "-"
-        lines.append(f"| `eqxopt.{name}` | {ids} | {ref} | {tol} |")
+        summary = _summary(getattr(eqxopt, name))
+        link = f"[`{name}`][eqxopt.{name}]"
+        lines.append(f"| {link} | {summary} | {ids} | {ref} | {tol} |")
     return "\n".join(lines) + "\n"
 
 

@@ -49,7 +49,7 @@ def test_benchmark_quick(script, tmp_path):
 def test_param_sized_copies_finds_copies():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        import _common
+        import _common  # pyright: ignore[reportMissingImports]  # benchmarks/, above
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     hlo = """HloModule m

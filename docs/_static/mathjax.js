@@ -1,5 +1,8 @@
 window.MathJax = {
+  loader: { load: ["[tex]/textmacros"] },
   tex: {
+    // textmacros: `\_` and other text-mode macros inside `\text{}` / `\texttt{}`.
+    packages: { "[+]": ["textmacros"] },
     inlineMath: [["\\(", "\\)"]],
     displayMath: [["\\[", "\\]"]],
     processEscapes: true,
@@ -11,5 +14,8 @@ window.MathJax = {
   }
 };
 document$.subscribe(() => {
-  MathJax.typesetPromise()
-})
+  MathJax.startup.output.clearCache();
+  MathJax.typesetClear();
+  MathJax.texReset();
+  MathJax.typesetPromise();
+});
