@@ -6,7 +6,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
@@ -193,8 +193,7 @@ class Adadelta(AbstractOptimizer[AdadeltaState]):
         if isinstance(wd, (int, float)) and wd == 0:
             wd, mask = None, None
         else:
-            if params is None:
-                raise ValueError("`Adadelta.update` needs `params` for weight decay.")
+            need_params(self, params, "for weight decay")
             mask = decay_mask(self.weight_decay_mask, params)
         return _adadelta(self, grads, state, params, lr, wd, mask)
 

@@ -10,7 +10,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
@@ -369,8 +369,7 @@ class Adafactor(AbstractOptimizer[AdafactorState]):
         )
 
     def update(self, grads: Updates, state: AdafactorState, params=None, **extra):
-        if params is None:
-            raise ValueError("`Adafactor.update` needs `params`.")
+        need_params(self, params)
         lr = None
         if self.learning_rate is not None:
             lr = resolve(self.learning_rate, state.count)

@@ -6,7 +6,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
@@ -229,8 +229,8 @@ class AdaN(AbstractOptimizer[AdaNState]):
         lr = resolve(self.learning_rate, state.count)
         wd = resolve(self.weight_decay, state.count)
         decay = not (isinstance(wd, (int, float)) and not wd)
-        if decay and params is None:
-            raise ValueError("`AdaN.update` needs `params` for the weight decay.")
+        if decay:
+            need_params(self, params, "for the weight decay")
         mask = decay_mask(self.mask, params) if decay else None
 
         def _leaf_update(d, p, selected):

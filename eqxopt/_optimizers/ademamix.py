@@ -6,7 +6,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
@@ -123,8 +123,8 @@ class AdEMAMix(AbstractOptimizer[AdEMAMixState]):
         decay = not (
             isinstance(self.weight_decay, (int, float)) and not self.weight_decay
         )
-        if decay and params is None:
-            raise ValueError("`AdEMAMix.update` needs `params` for the weight decay.")
+        if decay:
+            need_params(self, params, "for the weight decay")
         mask = decay_mask(self.mask, params) if decay else None
 
         def _leaf(g, m1, m2, nu, p, selected):

@@ -3,7 +3,7 @@
 import jax.numpy as jnp
 
 from .._base import AbstractOptimizer, CountState
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
@@ -72,8 +72,7 @@ class Fromage(AbstractOptimizer[CountState]):
         return CountState(zero_count())
 
     def update(self, grads: Updates, state: CountState, params=None, **extra):
-        if params is None:
-            raise ValueError("`Fromage.update` needs `params` (for the trust ratio).")
+        need_params(self, params, "for the trust ratio")
         lr = resolve(self.learning_rate, state.count)
 
         def _leaf(g, p):

@@ -15,7 +15,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Inexact, Int32, Key, PyTree
 
 from .._base import AbstractOptimizer
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
@@ -581,8 +581,8 @@ class Kron(AbstractOptimizer[KronState]):
         wd = resolve(self.weight_decay, state.count)
         prob = resolve(self.preconditioner_update_probability, state.count)
         decay = not (isinstance(wd, (int, float)) and wd == 0)
-        if decay and params is None:
-            raise ValueError("`Kron.update` needs `params` for the weight decay.")
+        if decay:
+            need_params(self, params, "for the weight decay")
 
         leaves, treedef, facts = self._leaves(grads if params is None else params)
         g_leaves = treedef.flatten_up_to(grads)

@@ -6,7 +6,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer, EmptyState
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._kernels import is_zero
 from .._misc import (
@@ -54,11 +54,6 @@ def trust_ratio(
     return u * ratio
 
 
-def _needs_params(opt, params):
-    if params is None:
-        raise ValueError(f"`{type(opt).__name__}.update` needs `params`.")
-
-
 class ScaleByTrustRatio(AbstractOptimizer[EmptyState]):
     r"""Rescale each param leaf's update by its trust ratio:
 
@@ -100,7 +95,7 @@ class ScaleByTrustRatio(AbstractOptimizer[EmptyState]):
         return EmptyState()
 
     def update(self, grads: Updates, state: EmptyState, params=None, **extra):
-        _needs_params(self, params)
+        need_params(self, params)
 
         def _leaf(g, p):
             u = g.astype(compute_dtype(g.dtype, p.dtype))
@@ -170,7 +165,7 @@ class Lamb(AbstractOptimizer[AdamState]):
         return AdamState(zero_count(), zeros(), zeros())
 
     def update(self, grads: Updates, state: AdamState, params=None, **extra):
-        _needs_params(self, params)
+        need_params(self, params)
         lr = resolve(self.learning_rate, state.count)
         wd = resolve(self.weight_decay, state.count)
 
@@ -270,7 +265,7 @@ class Lars(AbstractOptimizer[LarsState]):
         return LarsState(zero_count(), zeros_like(params, self.state_dtype))
 
     def update(self, grads: Updates, state: LarsState, params=None, **extra):
-        _needs_params(self, params)
+        need_params(self, params)
         lr = resolve(self.learning_rate, state.count)
         wd = resolve(self.weight_decay, state.count)
         wd_mask = decay_mask(self.weight_decay_mask, params)

@@ -6,7 +6,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._kernels import is_zero
 from .._misc import (
@@ -66,8 +66,8 @@ def _init(opt, params) -> NovogradState:
 
 
 def _novograd_step(opt, grads, state: NovogradState, params, lr=None):
-    if params is None and not is_zero(opt.weight_decay):
-        raise ValueError(f"`{type(opt).__name__}.update` needs `params`.")
+    if not is_zero(opt.weight_decay):
+        need_params(opt, params, "for the weight decay")
     count = increment(state.count)
     first = count == 1
     decayed = not is_zero(opt.weight_decay)

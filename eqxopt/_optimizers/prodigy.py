@@ -11,7 +11,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer, scalar_hyperparams
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     compute_dtype,
@@ -169,8 +169,7 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
         )
 
     def update(self, grads: Updates, state: ProdigyState, params=None, **extra):
-        if params is None:
-            raise ValueError("`Prodigy.update` needs `params`.")
+        need_params(self, params)
         leaves = [x for x in jtu.tree_leaves(grads) if is_param(x)]
         dtype = compute_dtype(state.estim_lr.dtype, *(x.dtype for x in leaves))
         count = increment(state.count)

@@ -16,7 +16,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer, child_update, scalar_hyperparams
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
@@ -204,14 +204,6 @@ def _check_b1(opt):
     check_hyperparams(opt, positive=("b1",), closed_unit_interval=("b1",))
 
 
-def _need_params(name, params):
-    if params is None:
-        raise ValueError(
-            f"`{name}.update` needs `params` (the current point $y$): call "
-            "`update(grads, state, params)` or `step(model, grads, state)`."
-        )
-
-
 # --- the wrapper ---------------------------------------------------------------------
 
 
@@ -297,7 +289,7 @@ class ScheduleFree(AbstractOptimizer[ScheduleFreeState]):
         params: Params | None = None,
         **extra,
     ) -> tuple[Updates, ScheduleFreeState]:
-        _need_params("ScheduleFree", params)
+        need_params(self, params, "the current point $y$")
         lr = resolve(self.learning_rate, state.count)
         max_lr, weight_sum, c = _averaging_weight(state, lr, self.weight_lr_power)
         inner_updates, inner_state = child_update(
@@ -430,7 +422,7 @@ class ScheduleFreeSGD(AbstractOptimizer[ScheduleFreeSGDState]):
         params: Params | None = None,
         **extra,
     ) -> tuple[Updates, ScheduleFreeSGDState]:
-        _need_params("ScheduleFreeSGD", params)
+        need_params(self, params, "the current point $y$")
         lr = _warmup(
             resolve(self.learning_rate, state.count),
             self.warmup_steps,
@@ -568,7 +560,7 @@ class ScheduleFreeAdamW(AbstractOptimizer[ScheduleFreeAdamWState]):
         params: Params | None = None,
         **extra,
     ) -> tuple[Updates, ScheduleFreeAdamWState]:
-        _need_params("ScheduleFreeAdamW", params)
+        need_params(self, params, "the current point $y$")
         lr = _warmup(
             resolve(self.learning_rate, state.count),
             self.warmup_steps,

@@ -10,7 +10,7 @@ import jax.tree_util as jtu
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._matrix import (
     BlockPartition,
@@ -343,8 +343,8 @@ class Shampoo(AbstractOptimizer[ShampooState]):
         step = state.count
         wd = self.weight_decay
         use_wd = not (isinstance(wd, (int, float)) and wd == 0)
-        if params is None and use_wd:
-            raise ValueError("`Shampoo.update` needs `params` (for the weight decay).")
+        if use_wd:
+            need_params(self, params, "for the weight decay")
         lr = resolve(self.learning_rate, step)
         g_leaves, treedef = jtu.tree_flatten(grads, is_leaf=is_none)
         flat = lambda tree: treedef.flatten_up_to(tree)

@@ -9,7 +9,7 @@ import jax.tree_util as jtu
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._matrix import (
     check_every_k,
@@ -264,8 +264,8 @@ class SOAP(AbstractOptimizer[SOAPState]):
         count = state.count
         wd = resolve(self.weight_decay, count)
         use_wd = not (isinstance(wd, (int, float)) and wd == 0)
-        if params is None and use_wd:
-            raise ValueError("`SOAP.update` needs `params` (for the weight decay).")
+        if use_wd:
+            need_params(self, params, "for the weight decay")
         lr = resolve(self.learning_rate, count)
         shampoo_beta = self.b2 if self.shampoo_beta is None else self.shampoo_beta
 

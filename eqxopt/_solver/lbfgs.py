@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
 from .._base import scalar_hyperparams
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarOrSchedule, Updates
 from .._linesearch import (
     AbstractLineSearch,
@@ -305,8 +305,7 @@ class LBFGS(AbstractLineSearchOptimizer[LBFGSState]):
         value_fn=None,
         **extra,
     ) -> tuple[Updates, LBFGSState]:
-        if params is None:
-            raise ValueError("`LBFGS.update` needs `params`.")
+        need_params(self, params)
         if self.linesearch is not None and value_fn is None:
             raise ValueError(
                 "`LBFGS.update` needs the extra argument `value_fn=` (a function "

@@ -9,7 +9,7 @@ import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
 from .._base import scalar_hyperparams
-from .._checks import check_hyperparams, need_extra
+from .._checks import check_hyperparams, need_extra, need_params
 from .._custom_types import Params, Updates
 from .._linesearch import (
     AbstractLineSearch,
@@ -312,8 +312,7 @@ class LBFGSB(AbstractLineSearchOptimizer[LBFGSBState]):
         params: Params | None = None,
         **extra,
     ) -> tuple[Updates, LBFGSBState]:
-        if params is None:
-            raise ValueError("`LBFGSB.update` needs `params`.")
+        need_params(self, params)
         value, value_fn, bounds = need_extra(self, extra, "value", "value_fn", "bounds")
         lower_tree, upper_tree = broadcast_bounds(bounds, params, what="LBFGSB bounds")
         dtype = scalar_dtype(params)

@@ -4,7 +4,7 @@ import equinox as eqx
 import jax.numpy as jnp
 
 from .._base import AbstractOptimizer, EmptyState
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, Updates
 from .._misc import (
     abs_sq,
@@ -95,8 +95,7 @@ class AdaptiveGradClip(AbstractOptimizer[EmptyState]):
         return EmptyState()
 
     def update(self, grads: Updates, state: EmptyState, params=None, **extra):
-        if params is None:
-            raise ValueError("`AdaptiveGradClip.update` needs `params`.")
+        need_params(self, params)
 
         def _leaf(g, p):
             dtype = compute_dtype(g.dtype, p.dtype)

@@ -9,7 +9,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer, child_update, scalar_hyperparams
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, State, Updates
 from .._misc import (
     compute_dtype,
@@ -188,8 +188,7 @@ class ParamsEMA(AbstractOptimizer[ParamsEMAState]):
         return ParamsEMAState(self.optimizer.init(params), zero_count(), ema)
 
     def update(self, grads: Updates, state: ParamsEMAState, params=None, **extra):
-        if params is None:
-            raise ValueError("`ParamsEMA.update` needs `params`.")
+        need_params(self, params)
         updates, inner_state = child_update(
             self.optimizer, ".inner_state", grads, state.inner_state, params, **extra
         )

@@ -9,7 +9,7 @@ from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer, child_update, scalar_hyperparams
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, State, Updates
 from .._misc import (
     compute_dtype,
@@ -122,8 +122,7 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
         return LookaheadState(self.fast_optimizer.init(params), zero_count(), slow)
 
     def update(self, grads: Updates, state: LookaheadState, params=None, **extra):
-        if params is None:
-            raise ValueError("`Lookahead.update` needs `params` (the fast params).")
+        need_params(self, params, "the fast params")
         updates, fast_state = child_update(
             self.fast_optimizer, ".fast_state", grads, state.fast_state, params, **extra
         )

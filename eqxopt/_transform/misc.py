@@ -4,7 +4,7 @@
 import jax.numpy as jnp
 
 from .._base import AbstractOptimizer, EmptyState
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, Updates
 from .._misc import (
     abs_sq,
@@ -24,8 +24,7 @@ def _floored(value, floor):
 def _scale_by_param_block(opt, grads, params, reduce):
     """`g * max(sqrt(reduce(|p|^2)), min_scale)` per leaf: the block norm (`jnp.sum`)
     or the block RMS (`jnp.mean`) of that leaf's params."""
-    if params is None:
-        raise ValueError(f"`{type(opt).__name__}.update` needs `params`.")
+    need_params(opt, params)
 
     def _leaf(g, p):
         dtype = compute_dtype(g.dtype, p.dtype)

@@ -3,6 +3,7 @@
 import jax.numpy as jnp
 
 from .._base import AbstractOptimizer, EmptyState
+from .._checks import need_params
 from .._custom_types import Params, Updates
 from .._misc import (
     out_dtype,
@@ -37,8 +38,7 @@ class KeepParamsNonnegative(AbstractOptimizer[EmptyState]):
         return EmptyState()
 
     def update(self, grads: Updates, state: EmptyState, params=None, **extra):
-        if params is None:
-            raise ValueError("`KeepParamsNonnegative.update` needs `params`.")
+        need_params(self, params)
 
         def _leaf(u, p):
             # Test the sum exactly as `eqx.apply_updates` will compute it, in the

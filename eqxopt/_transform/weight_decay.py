@@ -1,5 +1,5 @@
 from .._base import AbstractOptimizer, CountState
-from .._checks import check_hyperparams
+from .._checks import check_hyperparams, need_params
 from .._custom_types import FilterSpec, Params, ScalarOrSchedule, Updates
 from .._misc import (
     compute_dtype,
@@ -59,8 +59,7 @@ class AddDecayedWeights(AbstractOptimizer[CountState]):
         return CountState(zero_count())
 
     def update(self, grads: Updates, state: CountState, params=None, **extra):
-        if params is None:
-            raise ValueError("`AddDecayedWeights.update` needs `params`.")
+        need_params(self, params)
         wd = resolve(self.weight_decay, state.count)
         mask = decay_mask(self.mask, params)
         decay = per_dtype(lambda dtype: scalar(wd, dtype))
