@@ -95,6 +95,12 @@ from ._optimizers.dpsgd import (
     DPSGDState as DPSGDState,
 )
 from ._optimizers.fromage import Fromage as Fromage
+from ._optimizers.galore import (
+    GaLore as GaLore,
+    GaLoreDimensionNumbers as GaLoreDimensionNumbers,
+    GaLoreState as GaLoreState,
+    ScaleByGaLore as ScaleByGaLore,
+)
 from ._optimizers.kron import (
     Kron as Kron,
     KronState as KronState,
