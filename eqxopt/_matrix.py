@@ -34,6 +34,23 @@ from ._checks import concrete_scalar
 from ._misc import compute_dtype
 
 
+def check_dimension_numbers(numbers) -> None:
+    """Validate and normalise the `reduction_axis` / `output_axis` fields of a frozen
+    dimension-numbers dataclass (Muon's, GaLore's): each is an int or a non-empty
+    sequence of ints, stored as an int or a tuple."""
+    for name in ("reduction_axis", "output_axis"):
+        value = getattr(numbers, name)
+        axes = (value,) if isinstance(value, int) else tuple(value)
+        if not axes or not all(
+            isinstance(a, int) and not isinstance(a, bool) for a in axes
+        ):
+            raise ValueError(
+                f"`{type(numbers).__name__}({name}=...)` must be an int or a non-empty "
+                f"sequence of ints, got {value!r}."
+            )
+        object.__setattr__(numbers, name, value if isinstance(value, int) else axes)
+
+
 HIGHEST = jax.lax.Precision.HIGHEST
 
 

@@ -4,7 +4,6 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-import jax.tree_util as jtu
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer, scalar_hyperparams
@@ -14,45 +13,18 @@ from .._misc import (
     abs_sq,
     compute_dtype,
     increment,
-    is_param,
     out_dtype,
     pack,
+    real_vdot,
     resolve,
     scalar,
+    scalar_state_dtype,
     tree_map_unzip,
+    tree_total,
     typechecked,
     zero_count,
     zeros_like,
 )
-
-
-def scalar_state_dtype(params, state_dtype=None):
-    """The dtype of a 0-d running scalar of the state (a distance estimate, a sum of
-    squared norms, a loss average): `state_dtype` if given, else the compute dtype of
-    the params (at least float32, so that a running sum keeps growing for bfloat16
-    params; Optax uses the lowest-precision param dtype)."""
-    if state_dtype is not None:
-        return jnp.dtype(state_dtype)
-    leaves = [x for x in jtu.tree_leaves(params) if is_param(x)]
-    return jnp.dtype(
-        jnp.real(jnp.zeros((), compute_dtype(*(x.dtype for x in leaves)))).dtype
-    )
-
-
-def real_vdot(a: Array, b: Array) -> Array:
-    r"""$\mathrm{Re}\sum \bar a\, b$: the inner product of two leaves (as real
-    vectors, for complex leaves)."""
-    if jnp.iscomplexobj(a) or jnp.iscomplexobj(b):
-        return jnp.sum(jnp.real(jnp.conj(a) * b))
-    return jnp.sum(a * b)
-
-
-def tree_total(tree, dtype) -> Array:
-    """The sum of the 0-d leaves of `tree` (per-leaf partial sums), in `dtype`."""
-    total = jnp.zeros((), dtype)
-    for x in jtu.tree_leaves(tree):
-        total = total + x.astype(dtype)
-    return total
 
 
 @typechecked

@@ -18,15 +18,16 @@ from .._misc import (
     per_dtype,
     resolve,
     scalar,
+    scalar_state_dtype,
     tree_map,
     tree_map_unzip,
     tree_sum_of_squares,
+    tree_total,
     typechecked,
     zero_count,
 )
 from .._transform.weight_decay import decay_mask
 from .adam import add_decay
-from .dadapt import scalar_state_dtype, tree_total
 
 
 _INIT_STEPS = ("distance", "learning_rate", "heuristic")

@@ -16,7 +16,13 @@ from .._base import AbstractOptimizer, check_optimizer, child_update, scalar_hyp
 from .._checks import check_hyperparams, need_params
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._kernels import descent, is_zero
-from .._matrix import check_every_k, every_k, HIGHEST, MatrixView
+from .._matrix import (
+    check_dimension_numbers,
+    check_every_k,
+    every_k,
+    HIGHEST,
+    MatrixView,
+)
 from .._misc import (
     compute_dtype,
     increment,
@@ -76,17 +82,7 @@ class GaLoreDimensionNumbers:
     output_axis: int | tuple[int, ...] = 1
 
     def __post_init__(self):
-        for name in ("reduction_axis", "output_axis"):
-            value = getattr(self, name)
-            axes = (value,) if isinstance(value, int) else tuple(value)
-            if not axes or not all(
-                isinstance(a, int) and not isinstance(a, bool) for a in axes
-            ):
-                raise ValueError(
-                    f"`GaLoreDimensionNumbers({name}=...)` must be an int or a "
-                    f"non-empty sequence of ints, got {value!r}."
-                )
-            object.__setattr__(self, name, value if isinstance(value, int) else axes)
+        check_dimension_numbers(self)
 
 
 @typechecked

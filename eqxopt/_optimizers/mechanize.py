@@ -23,14 +23,15 @@ from .._misc import (
     is_param,
     out_dtype,
     pack,
+    real_vdot,
     scalar,
     tree_map,
     tree_map_unzip,
     tree_sum_of_squares,
+    tree_total,
     typechecked,
     zero_count,
 )
-from .dadapt import real_vdot, tree_total
 from .prodigy import _lowest_dtype
 
 

@@ -15,15 +15,17 @@ from .._misc import (
     increment,
     out_dtype,
     pack,
+    real_vdot,
     resolve,
     scalar,
+    scalar_state_dtype,
     tree_map,
     tree_map_unzip,
+    tree_total,
     typechecked,
     zero_count,
     zeros_like,
 )
-from .dadapt import real_vdot, scalar_state_dtype, tree_total
 
 
 # Optax takes no step while the momentum's squared norm is at most this

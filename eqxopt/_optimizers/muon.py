@@ -16,7 +16,12 @@ from jaxtyping import Array, Float, Inexact, Int32, PyTree
 from .._base import AbstractOptimizer, child_update, scalar_hyperparams
 from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
-from .._matrix import matrix_view, MatrixView, newton_schulz as _newton_schulz
+from .._matrix import (
+    check_dimension_numbers,
+    matrix_view,
+    MatrixView,
+    newton_schulz as _newton_schulz,
+)
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -167,17 +172,7 @@ class MuonDimensionNumbers:
     output_axis: int | tuple[int, ...] = -2
 
     def __post_init__(self):
-        for name in ("reduction_axis", "output_axis"):
-            value = getattr(self, name)
-            axes = (value,) if isinstance(value, int) else tuple(value)
-            if not axes or not all(
-                isinstance(a, int) and not isinstance(a, bool) for a in axes
-            ):
-                raise ValueError(
-                    f"`MuonDimensionNumbers({name}=...)` must be an int or a non-empty "
-                    f"sequence of ints, got {value!r}."
-                )
-            object.__setattr__(self, name, value if isinstance(value, int) else axes)
+        check_dimension_numbers(self)
 
 
 @dataclasses.dataclass(frozen=True)
