@@ -190,6 +190,20 @@ WRAPPERS = {
         ".inner_state",
     ),
     "params_ema": (lambda c: eqxopt.ParamsEMA(c, 0.9), ".inner_state"),
+    "cautious": (lambda c: eqxopt.Cautious(c), ""),  # its state is the child's
+    "mechanize": (lambda c: eqxopt.Mechanize(c), ".base_optimizer_state"),
+    "split_real_and_imaginary": (
+        lambda c: eqxopt.SplitRealAndImaginary(c),
+        ".inner_state",
+    ),
+    "muon_fallback": (
+        lambda c: eqxopt.Muon(0.02, fallback=c),  # "b" (1-D) goes to the fallback
+        ".fallback_state",
+    ),
+    "galore": (
+        lambda c: eqxopt.GaLore(1e-2, rank=1, base_optimizer=c),
+        ".base_optimizer_state",
+    ),
     "nested": (
         lambda c: eqxopt.MultiSteps(eqxopt.Chain(eqxopt.ZeroNans(), c), every_k=2),
         ".inner_state[1]",
