@@ -12,19 +12,13 @@ from jaxtyping import Array, Inexact, Int32, PyTree
 from .._base import AbstractOptimizer
 from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
-
-# `add_decay`, `descent` and `is_zero` are re-exported for the optimizers that still
-# import them from here; new code imports them from `eqxopt._kernels`.
 from .._kernels import (
     adaptive,
-    add_decay as add_decay,
     betas,
-    descent as descent,
     descent_of,
     ema,
     first_moment_hat,
     full_like,
-    is_zero as is_zero,
     optional,
 )
 from .._misc import (

@@ -7,6 +7,7 @@ from jaxtyping import Array, Inexact, Int32, PyTree
 from .._base import AbstractOptimizer
 from .._checks import check_hyperparams, need_params
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import add_decay
 from .._misc import (
     compute_dtype,
     full_like_leaf,
@@ -24,7 +25,6 @@ from .._misc import (
     zeros_like,
 )
 from .._transform.weight_decay import decay_mask
-from .adam import add_decay
 
 
 @typechecked

@@ -8,6 +8,7 @@ from jaxtyping import Array, Float, Inexact, Int32, PyTree
 from .._base import AbstractOptimizer
 from .._checks import check_hyperparams, concrete_scalar, need_params
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import add_decay
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -27,7 +28,6 @@ from .._misc import (
     zero_count,
 )
 from .._transform.weight_decay import decay_mask
-from .adam import add_decay
 
 
 _INIT_STEPS = ("distance", "learning_rate", "heuristic")

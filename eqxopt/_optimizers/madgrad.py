@@ -7,6 +7,7 @@ from jaxtyping import Array, Inexact, Int32, PyTree
 from .._base import AbstractOptimizer
 from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import add_decay
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -22,7 +23,6 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .adam import add_decay
 
 
 @typechecked

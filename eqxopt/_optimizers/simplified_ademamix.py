@@ -7,6 +7,7 @@ from jaxtyping import Array, Inexact, Int32, PyTree
 from .._base import AbstractOptimizer
 from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import descent
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -23,7 +24,6 @@ from .._misc import (
     zeros_like,
 )
 from .._transform.weight_decay import decay_mask
-from .adam import descent
 
 
 @typechecked

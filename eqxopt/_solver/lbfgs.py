@@ -151,6 +151,25 @@ def _push(state_s, state_y, rho, head, gamma, s, y, dtype):
     return write(state_s, s), write(state_y, y), new_rho, new_head, new_gamma
 
 
+def _after_search(state, memory, new_params, params, grads, direction, ls_state, dtype):
+    """The memory after a line search (shared by LBFGS and LBFGSB): push the pair
+    `(new_params - params, new_grad - grads)`; a failed search drops the memory (the
+    next direction is steepest descent, scaled by the last gamma). Returns the new
+    `(s_memory, y_memory, rho_memory, head, gamma)` and the `stalled` / `failed`
+    flags: a failure with an empty memory along a direction below the params'
+    resolution is the limit of precision, not an error."""
+    s = _difference(new_params, params)
+    y = _difference(ls_state.grad, grads)
+    s_mem, y_mem, rho, head, gamma = memory
+    s_mem, y_mem, rho, head, gamma = _push(s_mem, y_mem, rho, head, gamma, s, y, dtype)
+    ls_failed = ls_state.failed
+    was_empty = jnp.all(state.rho_memory == 0)
+    rho = jnp.where(ls_failed, jnp.zeros_like(rho), rho)
+    stalled = ls_failed & was_empty & below_resolution(direction, params)
+    failed = ls_failed & was_empty & ~stalled
+    return (s_mem, y_mem, rho, head, gamma), stalled, failed
+
+
 def _difference(a, b):
     """`a - b` per leaf, in the compute dtype."""
     return tree_map(
@@ -384,19 +403,16 @@ class LBFGS(AbstractLineSearchOptimizer[LBFGSState]):
         )
         updates = step_updates(step, direction, params)
         new_params = eqx.apply_updates(params, updates)
-        s = _difference(new_params, params)
-        y = _difference(ls_state.grad, grads)
-        s_mem, y_mem, rho, head, gamma = _push(
-            s_mem, y_mem, rho, head, gamma, s, y, dtype
+        (s_mem, y_mem, rho, head, gamma), stalled, failed = _after_search(
+            state,
+            (s_mem, y_mem, rho, head, gamma),
+            new_params,
+            params,
+            grads,
+            direction,
+            ls_state,
+            dtype,
         )
-        # A failed search: drop the memory (the next direction is steepest descent,
-        # scaled by the last gamma).
-        ls_failed = ls_state.failed
-        was_empty = jnp.all(state.rho_memory == 0)
-        rho = jnp.where(ls_failed, jnp.zeros_like(rho), rho)
-        # A failure along a direction below the params' resolution is the limit of
-        # precision, not an error.
-        stalled = ls_failed & was_empty & below_resolution(direction, params)
         new_state = LBFGSState(
             count=increment(state.count),
             s_memory=s_mem,
@@ -408,7 +424,7 @@ class LBFGS(AbstractLineSearchOptimizer[LBFGSState]):
             stalled=stalled,
             prev_params=None,
             prev_grads=None,
-            failed=ls_failed & was_empty & ~stalled,
+            failed=failed,
         )
         return updates, new_state
 

@@ -14,7 +14,6 @@ from .._custom_types import Params, Updates
 from .._linesearch import (
     AbstractLineSearch,
     AbstractLineSearchOptimizer,
-    below_resolution,
     Evaluation,
     scalar_dtype,
     step_updates,
@@ -29,7 +28,7 @@ from .._misc import (
     zero_count,
 )
 from .._transform.project import broadcast_bounds, project
-from .lbfgs import _difference, _push
+from .lbfgs import _after_search
 
 
 @typechecked
@@ -368,22 +367,16 @@ class LBFGSB(AbstractLineSearchOptimizer[LBFGSBState]):
         updates = step_updates(step, direction, params)
         new_params = eqx.apply_updates(params, updates)
         new_params = project(new_params, lower_tree, upper_tree)
-        s = _difference(new_params, params)
-        y = _difference(ls_state.grad, grads)
-        s_mem, y_mem, rho, head, new_gamma = _push(
+        memory = (
             state.s_memory,
             state.y_memory,
             state.rho_memory,
             state.head,
             state.gamma,
-            s,
-            y,
-            dtype,
         )
-        ls_failed = ls_state.failed
-        was_empty = jnp.all(state.rho_memory == 0)
-        rho = jnp.where(ls_failed, jnp.zeros_like(rho), rho)
-        stalled = ls_failed & was_empty & below_resolution(direction, params)
+        (s_mem, y_mem, rho, head, new_gamma), stalled, failed = _after_search(
+            state, memory, new_params, params, grads, direction, ls_state, dtype
+        )
         new_state = LBFGSBState(
             count=increment(state.count),
             s_memory=s_mem,
@@ -393,7 +386,7 @@ class LBFGSB(AbstractLineSearchOptimizer[LBFGSBState]):
             gamma=new_gamma,
             linesearch_state=ls_state,
             stalled=stalled,
-            failed=ls_failed & was_empty & ~stalled,
+            failed=failed,
         )
         return updates, new_state
 
