@@ -34,7 +34,6 @@ for case in cases:
                     dtype_name,
                     grad_dtype,
                     compiled=compiled,
-                    control_flow=compiled,
                 )
             except Exception as e:  # noqa: BLE001
                 failures += 1

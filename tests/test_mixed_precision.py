@@ -9,12 +9,11 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
-import numpy as np
 import pytest
 
 import eqxopt
 
-from .helpers import avals, case_extra, case_grads, CASES, DTYPES, make_params
+from .helpers import avals
 
 
 STEPS = 300
@@ -86,46 +85,3 @@ def test_bfloat16_training_tracks_float32(state_dtype):
     # significant digits, so the two trajectories separate slowly).
     gap = jnp.abs(losses - losses32)
     assert jnp.all(gap <= 0.1 * losses32 + 0.01 * losses32[0]), float(jnp.max(gap))
-
-
-# --- every registry entry inside MultiSteps, grads in the params' dtype --------------
-# tests/test_properties.py runs the registry inside `MultiSteps` with float32 grads for
-# every param dtype; this covers grads in the params' own dtype. Tracing is abstract
-# (`eqx.filter_eval_shape`: the drift check of every `update` runs, nothing is
-# compiled), and to stay within the time budget each entry runs one param dtype, in
-# rotation, so every dtype is covered by a quarter of the registry.
-
-_MULTISTEPS = [
-    (case, list(DTYPES)[i % len(DTYPES)], "same")
-    for i, case in enumerate(c for c in CASES if c.wrappable)
-]
-
-
-@pytest.mark.parametrize(
-    "case,dtype_name,grad_dtype",
-    _MULTISTEPS,
-    ids=[f"{c.id}-{d}-{g}" for c, d, g in _MULTISTEPS],
-)
-def test_registry_inside_multisteps(case, dtype_name, grad_dtype):
-    opt = eqxopt.MultiSteps(case.make(), every_k=2)
-    dtype = DTYPES[dtype_name]
-    params = make_params(dtype, case.shapes)
-
-    def run(params):
-        grads = case_grads(
-            case, params, jr.key(0), None if grad_dtype == "same" else jnp.float32
-        )
-        state = opt.init(params)
-        updates, new_state = opt.update(
-            grads, state, params, **case_extra(case, params)
-        )
-        return state, new_state, updates
-
-    state, new_state, updates = eqx.filter_eval_shape(run, params)
-    assert avals(new_state) == avals(state)
-    for path, dt, _, weak in avals(state)[1]:
-        assert not weak, f"weakly typed state leaf {path}"
-        if jnp.issubdtype(dt, jnp.integer):
-            assert dt == np.dtype(jnp.int32), f"{path} is {dt}, not int32"
-    for u, p in zip(jtu.tree_leaves(updates), jtu.tree_leaves(params)):
-        assert u.dtype == p.dtype

@@ -12,13 +12,12 @@ import pytest
 import eqxopt
 
 from .helpers import (
-    case_extra,
-    case_grads,
     CASES,
     make_params,
     random_like,
     tree_allclose,
 )
+from .test_properties import check_state_properties
 
 
 def _mlp(dtype=jnp.float32):
@@ -156,44 +155,18 @@ def test_array_learning_rate_changes_without_retrace():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_construction_creates_no_arrays_and_leaks_no_tracer(case):
+    """Built inside one trace, the optimizer holds no arrays, and used in another it
+    passes the property checks of test_properties.py (float32 params and grads: that
+    test leaves this dtype pair to this one). Tracing is where a leaked tracer would
+    fail."""
     built = []
 
     @jax.jit
     def build(x):
-        built.append(case.make())  # built inside one trace...
+        built.append(case.make())
         return x
 
     build(1.0)
     opt = built[0]
     assert not any(isinstance(x, jax.Array) for x in jtu.tree_leaves(opt))
-    params = make_params(jnp.float32, case.shapes)
-    extra = case_extra(case, params)
-    grads = case_grads(case, params, jr.key(0))
-    # ...and used in another (tracing is where a leaked tracer would fail).
-    eqx.filter_eval_shape(
-        lambda s, e: opt.update(grads, s, params, **e), opt.init(params), extra
-    )
-
-
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_serialise_and_resume_is_bit_identical(case, tmp_path):
-    params = make_params(jnp.float32, case.shapes)
-    opt = case.make()
-    step = eqx.filter_jit(lambda o, g, s, p, e: o.step(p, g, s, **e))
-    keys = jr.split(jr.key(3), 6)
-
-    def run(opt, state, params, ks):
-        for k in ks:
-            grads = case_grads(case, params, k)
-            params, state = step(opt, grads, state, params, case_extra(case, params))
-        return params, state
-
-    state = opt.init(params)
-    p_mid, s_mid = run(opt, state, params, keys[:3])
-    path = tmp_path / "ckpt.eqx"
-    eqx.tree_serialise_leaves(path, (opt, s_mid, p_mid))
-    skeleton = (case.make(), opt.init(params), params)
-    opt2, s2, p2 = eqx.tree_deserialise_leaves(path, skeleton)
-    resumed = run(opt2, s2, p2, keys[3:])
-    straight = run(opt, s_mid, p_mid, keys[3:])
-    assert eqx.tree_equal(resumed, straight, typematch=True)
+    check_state_properties(opt, case, "float32", "same")
