@@ -166,6 +166,8 @@ class AcProp(AbstractOptimizer[AcPropState]):
         )
         return updates, AcPropState(increment(state.count), mu, nu)
 
+    _write_after_params = ("mu", "nu")  # see `AbstractOptimizer.step`
+
 
 AcProp.__init__.__doc__ = r"""**Arguments:**
 

@@ -3,6 +3,7 @@
 from typing import Any
 
 import equinox as eqx
+import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
@@ -162,9 +163,16 @@ class DAdaptAdamW(AbstractOptimizer[DAdaptAdamWState]):
             dlr_, eps_ = dlr.astype(ldt), eps.astype(ldt)
             g32, s32, eas32 = g.astype(ldt), s.astype(ldt), eas.astype(ldt)
             numerator = real_vdot(g32, s32 / (jnp.sqrt(eas32) + eps_))
+            # The new buffers overwrite the donated ones in place only once the
+            # reduction has read them: XLA copies them otherwise. Adding an exact
+            # `-0.0` that depends on the reduction's result orders the writes after it.
+            zero = -jnp.where(jnp.isfinite(numerator), jnp.abs(numerator) * 0, 0)
             new_ea = b1_ * ea.astype(ldt) + (1 - b1_) * dlr_ * g32
-            new_eas = b2_ * eas32 + (1 - b2_) * abs_sq(g32)
+            new_eas = b2_ * eas32 + (1 - b2_) * abs_sq(g32) + zero
             new_s = sb2_ * s32 + (1 - sb2_) * dlr_ * g32
+            new_s = new_s + (
+                lax.complex(zero, zero) if new_s.dtype.kind == "c" else zero
+            )
             u = -wd.astype(ldt) * dlr_ * p.astype(ldt) - new_ea / (
                 jnp.sqrt(new_eas) + eps_
             )
@@ -198,6 +206,8 @@ class DAdaptAdamW(AbstractOptimizer[DAdaptAdamWState]):
         estimate = nw / ((1 - sb2) * grad_sum_l1)
         new_d = jnp.where(grad_sum_l1 > 0, jnp.maximum(d, estimate), d)
         return updates, DAdaptAdamWState(count, ea, eas, s, new_d, nw)
+
+    _write_after_params = ("exp_avg_sq",)  # see `AbstractOptimizer.step`
 
     def hyperparams(self, state: DAdaptAdamWState) -> dict[str, Any]:
         hp = scalar_hyperparams(self, state.count)
