@@ -21,7 +21,7 @@ measures in one process:
     python benchmarks/update.py                # full sweep (about 15 minutes)
     python benchmarks/update.py --quick        # 1M only, a few entries (smoke test)
     python benchmarks/update.py --only 'adamw|lion' --sizes 1M,10M --json out.json
-    python benchmarks/update.py --from-json out.json --plot --docs docs/benchmarks.md
+    python benchmarks/update.py --from-json benchmarks/results/cpu.json --plot
 
 The registry's params are tiny and its masks/labels are trees shaped like them. So
 that every entry runs unchanged, the benchmark params keep the entry's own top-level
@@ -549,6 +549,12 @@ def flat_buffer_table(results: dict) -> str:
     )
 
 
+def _has_optax(c: dict) -> bool:
+    """Whether a trace+compile record has Optax's time (no reference: no samples,
+    median NaN; results rebuilt from the tables keep no samples: `None`)."""
+    return c.get("optax") is not None and math.isfinite(c["optax"])
+
+
 def compile_table(results: dict) -> str:
     rows = []
     for entry_id, c in results.get("compile", {}).items():
@@ -561,8 +567,8 @@ def compile_table(results: dict) -> str:
                 c["ours"],
                 c["ours_lower"],
                 c["ours_lower_nocheck"],
-                c["optax"] if c["samples"]["optax"] else None,
-                C.ratio(c["ours"], c["optax"]) if c["samples"]["optax"] else None,
+                c["optax"] if _has_optax(c) else None,
+                C.ratio(c["ours"], c["optax"]) if _has_optax(c) else None,
             ]
         )
     return C.table(
@@ -614,6 +620,12 @@ def memory_table(results: dict) -> str:
     )
 
 
+def _n_copies(d: dict) -> int:
+    """Param-sized copies of one compiled step (`copies_total` where the results were
+    rebuilt from a table that printed the first three names only)."""
+    return d.get("copies_total", len(d.get("copies", [])))
+
+
 def copies_table(results: dict) -> str:
     rows = []
     for size, per in results["sizes"].items():
@@ -632,9 +644,9 @@ def copies_table(results: dict) -> str:
                                 kind,
                                 entry_id,
                                 "eqxopt" if side == "ours" else "optax",
-                                len(d.get("copies", [])),
+                                _n_copies(d),
                                 ", ".join(d.get("copies", [])[:3])
-                                + (" ..." if len(d.get("copies", [])) > 3 else ""),
+                                + (" ..." if _n_copies(d) > 3 else ""),
                                 d.get("unusable_donations", 0),
                                 d.get("shared_buffers", 0),
                             ]
@@ -760,7 +772,7 @@ def targets(results: dict) -> tuple[str, dict]:
     comp = {
         i: C.ratio(c["ours"], c["optax"])
         for i, c in results.get("compile", {}).items()
-        if "error" not in c and c["samples"]["optax"]
+        if "error" not in c and _has_optax(c)
     }
     if comp:
         worst = sorted(comp.items(), key=lambda kv: -kv[1])
@@ -796,9 +808,46 @@ def targets(results: dict) -> tuple[str, dict]:
     return C.table(["target", "measured", "status", "offenders"], rows), summary
 
 
+def machine_text(info: dict, docs: bool = False) -> str:
+    """The machine line; for docs (`docs=True`) without the date and load of the
+    run, which stay in the results JSON."""
+    text = (
+        f"{info['cpu']}, {info['cores']} cores, {info['memory_gb']} GB, "
+        f"{info['backend']} ({info['devices']}); jax {info['jax']}, jaxlib "
+        f"{info['jaxlib']}, equinox {info['equinox']}, optax {info['optax']}, "
+        f"eqxopt {info['eqxopt']}, Python {info['python']}"
+    )
+    if not docs:
+        for key, label in (("date", ""), ("load_average", "load average at start ")):
+            if info.get(key):
+                text += f"; {label}{info[key]}"
+    if info.get("note"):
+        text += f"; {info['note']}"
+    return text
+
+
+def relative_command(command: str) -> str:
+    """`command` with absolute paths made relative to the repository (or cut to
+    their file name outside it): commands are printed in the docs."""
+    root = C.repo_root().resolve()
+    words = []
+    for word in command.split(" "):
+        key, eq, value = (
+            word.rpartition("=") if word.startswith("--") else ("", "", word)
+        )
+        if value.startswith("/"):
+            path = Path(value)
+            try:
+                value = str(path.resolve().relative_to(root))
+            except ValueError:
+                value = path.name
+        words.append(key + eq + value)
+    return " ".join(words)
+
+
 def report(results: dict) -> str:
     parts = [
-        "Machine: " + C.machine_line(results["machine"]),
+        "Machine: " + machine_text(results["machine"]),
         "",
         "Bandwidth floor (one fused elementwise step moving AdamW's bytes, donated):",
         "",
@@ -836,7 +885,271 @@ def report(results: dict) -> str:
 # --- plots ---------------------------------------------------------------------------
 
 
+# Figures for a docs page about 750 px wide: 8 inches at 10-11 pt, saved at 150 dpi.
+_FIG_WIDTH = 8.0
+_DPI = 150
+_KIND_STYLE = {
+    "tree": {"marker": "o", "color": "tab:blue", "label": "63-leaf tree"},
+    "flat": {"marker": "s", "color": "tab:orange", "label": "flat vector"},
+}
+_FLOOR_NAMES = {
+    "sgd_momentum": "SGD with momentum",
+    "adamw": "AdamW",
+    "lion": "Lion",
+    "adafactor": "Adafactor",
+    "multisteps3_adam": "Adam accumulated over 3 calls",
+}
+
+
+def step_ratios(results: dict, size: str, kind: str) -> dict[str, float]:
+    """eqxopt / Optax step time of every entry measured against Optax at (size,
+    kind): the `/optax` column of the step tables."""
+    out = {}
+    for entry_id, kinds in results["sizes"][size]["entries"].items():
+        r = kinds.get(kind, {})
+        o = (r.get("ours") or {}).get("median")
+        ref = (r.get("optax") or {}).get("median")
+        if o and ref:
+            out[entry_id] = C.ratio(o, ref)
+    return out
+
+
+def _log_ticks(ax, lo: float, hi: float, axis: str = "y") -> None:
+    """Log axis from `lo` to `hi` with plain-number ticks (0.1, 0.2, 0.5, 1, 2...)."""
+    import matplotlib.ticker as mticker
+
+    candidates = [0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50]
+    ticks = [t for t in candidates if lo <= t <= hi]
+    if axis == "y":
+        ax.set_yscale("log")
+        ax.set_ylim(lo, hi)
+        ax.yaxis.set_major_locator(mticker.FixedLocator(ticks))
+        ax.yaxis.set_major_formatter(mticker.FixedFormatter([f"{t:g}" for t in ticks]))
+        ax.yaxis.set_minor_locator(mticker.NullLocator())
+    else:
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ax.xaxis.set_major_locator(mticker.FixedLocator(ticks))
+        ax.xaxis.set_major_formatter(mticker.FixedFormatter([f"{t:g}" for t in ticks]))
+        ax.xaxis.set_minor_locator(mticker.NullLocator())
+
+
+def _label_stack(ax, points, corner: str) -> None:
+    """Label `points` ((x, y, text) in data coordinates) with a stack of texts in an
+    empty corner of the axes ("upper left" or "lower right"), one line each, joined
+    to their points by thin leader lines: the labels never overlap each other."""
+    step = 0.12
+    for j, (x, y, text) in enumerate(points):
+        if corner == "upper left":
+            xy_text, ha, va = (0.02, 0.95 - j * step), "left", "top"
+        else:
+            xy_text, ha, va = (0.98, 0.05 + j * step), "right", "bottom"
+        ax.annotate(
+            text,
+            xy=(x, y),
+            xycoords="data",
+            xytext=xy_text,
+            textcoords="axes fraction",
+            ha=ha,
+            va=va,
+            fontsize=9,
+            arrowprops={"arrowstyle": "-", "lw": 0.6, "color": "0.45"},
+        )
+
+
+def _sorted_dots(ax, ratios: dict[str, float], style: dict, **kwargs):
+    """`ratios` sorted ascending, at x = the entry's position in [0, 1] (so sizes
+    with fewer entries span the same width). Returns [(x, ratio, entry_id)]."""
+    items = sorted(ratios.items(), key=lambda kv: kv[1])
+    n = len(items)
+    xs = [(i + 0.5) / n for i in range(n)]
+    ax.plot(
+        xs,
+        [v for _, v in items],
+        ls="none",
+        marker=style["marker"],
+        color=style["color"],
+        ms=4.5,
+        alpha=0.85,
+        **kwargs,
+    )
+    return [(x, v, i) for x, (i, v) in zip(xs, items)]
+
+
+def _machine_caption(results: dict) -> str:
+    m = results["machine"]
+    return (
+        f"{m['cpu']}, {m['cores']} cores, {m['backend']}; jax {m['jax']}, "
+        f"optax {m['optax']}"
+    )
+
+
+def plot_step_ratio(results: dict, plt):
+    """One panel per size: every entry's step-time ratio eqxopt / Optax, sorted,
+    tree and flat; the three slowest and three fastest are labelled."""
+    sizes = list(results["sizes"])
+    all_ratios = {
+        (size, kind): step_ratios(results, size, kind)
+        for size in sizes
+        for kind in KINDS
+    }
+    values = [v for r in all_ratios.values() for v in r.values()]
+    if not values:  # a run without timing (`--no-timing`)
+        return None
+    lo = min(0.05, 0.8 * min(values))
+    hi = max(8.0, 4 * max(values))
+    fig, axes = plt.subplots(
+        len(sizes),
+        1,
+        figsize=(_FIG_WIDTH, 2.55 * len(sizes) + 1.1),
+        sharex=True,
+        layout="constrained",
+        squeeze=False,
+    )
+    for ax, size in zip(axes[:, 0], sizes):
+        points, medians = [], []
+        for kind in KINDS:
+            ratios = all_ratios[(size, kind)]
+            if not ratios:
+                continue
+            points += [
+                (x, v, f"{i} ({kind}) {v:.2f}")
+                for x, v, i in _sorted_dots(ax, ratios, _KIND_STYLE[kind])
+            ]
+            medians.append(
+                f"{kind} {C.median(list(ratios.values())):.2f} ({len(ratios)} entries)"
+            )
+        ax.axhline(1.0, color="k", lw=0.9, zorder=0)
+        _log_ticks(ax, lo, hi)
+        ax.set_xlim(0, 1)
+        ax.grid(axis="y", color="0.9", lw=0.6, zorder=-1)
+        n = C.human(results["sizes"][size]["n_params"])
+        ax.set_title(f"{n} parameters; median " + ", ".join(medians), loc="left")
+        ax.set_ylabel("eqxopt / Optax")
+        slow = sorted(points, key=lambda p: -p[1])[:3]
+        fast = sorted(points, key=lambda p: p[1])[:3]
+        _label_stack(ax, [p for p in slow if p[1] > 1.0], "upper left")
+        _label_stack(ax, [p for p in fast if p[1] < 1.0], "lower right")
+    axes[-1, 0].set_xlabel("registry entries, sorted by their ratio (0: fastest)")
+    handles = [
+        plt.Line2D(
+            [], [], ls="none", marker=s["marker"], color=s["color"], label=s["label"]
+        )
+        for s in _KIND_STYLE.values()
+    ] + [plt.Line2D([], [], color="k", lw=0.9, label="as fast as Optax")]
+    fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False)
+    fig.suptitle(
+        "Step time, eqxopt / Optax (below 1: eqxopt is faster)\n"
+        + _machine_caption(results),
+        x=0.01,
+        ha="left",
+        fontsize=10.5,
+    )
+    return fig
+
+
+def plot_floor(results: dict, plt):
+    """Five optimizers' step time as a multiple of the flat floor, by size."""
+    import matplotlib.ticker as mticker
+
+    sizes = list(results["sizes"])
+    entry_ids = list(results["sizes"][sizes[0]]["entries"])
+    focus = [i for i in _FLOOR_NAMES if i in entry_ids]
+    fig, axes = plt.subplots(
+        1, 2, figsize=(_FIG_WIDTH, 4.6), sharey=True, layout="constrained"
+    )
+    values = []
+    ns = [results["sizes"][s]["n_params"] for s in sizes]
+    for ax, kind in zip(axes, KINDS):
+        for j, entry_id in enumerate(focus):
+            for side, ls, marker in (("ours", "-", "o"), ("optax", ":", "x")):
+                xs, ys = [], []
+                for size in sizes:
+                    r = results["sizes"][size]["entries"].get(entry_id, {}).get(kind)
+                    o = ((r or {}).get(side) or {}).get("median")
+                    if not o or "floor" not in r:
+                        continue
+                    xs.append(results["sizes"][size]["n_params"])
+                    ys.append(C.ratio(o, r["floor"]["median"]))
+                values += ys
+                ax.plot(xs, ys, ls=ls, marker=marker, ms=5, lw=1.6, color=f"C{j}")
+        ax.axhline(1.0, color="k", lw=0.9)
+        ax.set_title("63-leaf tree" if kind == "tree" else "flat vector")
+        ax.set_xscale("log")
+        ax.set_xlim(min(ns) / 1.6, max(ns) * 1.6)
+        ax.xaxis.set_major_locator(mticker.FixedLocator(ns))
+        ax.xaxis.set_major_formatter(mticker.FixedFormatter(sizes))
+        ax.xaxis.set_minor_locator(mticker.NullLocator())
+        ax.set_xlabel("parameters")
+        ax.grid(axis="y", color="0.9", lw=0.6)
+    if not values:  # a run without timing, or without these entries
+        plt.close(fig)
+        return None
+    _log_ticks(axes[0], min(0.2, 0.8 * min(values)), max(10, 1.25 * max(values)))
+    axes[0].set_ylabel("step time / flat floor")
+    handles = [
+        plt.Line2D([], [], color=f"C{j}", lw=2.5, label=_FLOOR_NAMES[i])
+        for j, i in enumerate(focus)
+    ] + [
+        plt.Line2D([], [], color="k", lw=0.9, label="the floor"),
+        plt.Line2D([], [], color="0.3", ls="-", marker="o", label="eqxopt"),
+        plt.Line2D([], [], color="0.3", ls=":", marker="x", label="Optax"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncols=4, frameon=False)
+    fig.suptitle(
+        "Step time as a multiple of the bandwidth floor\n" + _machine_caption(results),
+        x=0.01,
+        ha="left",
+        fontsize=10.5,
+    )
+    return fig
+
+
+def plot_compile(results: dict, plt):
+    """Every entry's trace+compile time ratio eqxopt / Optax, sorted."""
+    comp = results.get("compile", {})
+    ratios = {
+        i: C.ratio(c["ours"], c["optax"])
+        for i, c in comp.items()
+        if "error" not in c and _has_optax(c)
+    }
+    if not ratios:
+        return None
+    fig, ax = plt.subplots(figsize=(_FIG_WIDTH, 3.8), layout="constrained")
+    style = {"marker": "o", "color": "tab:blue"}
+    points = _sorted_dots(ax, ratios, style)
+    ax.axhline(1.0, color="k", lw=0.9)
+    ax.axhline(COMPILE_TARGET, color="tab:red", lw=1.0, ls="--")
+    ax.text(
+        0.5,
+        COMPILE_TARGET * 1.03,
+        f"{COMPILE_TARGET:g}",
+        color="tab:red",
+        fontsize=9,
+        va="bottom",
+    )
+    _log_ticks(ax, min(0.2, 0.8 * min(ratios.values())), 8.0)
+    ax.set_xlim(0, 1)
+    ax.grid(axis="y", color="0.9", lw=0.6, zorder=-1)
+    slow = sorted(points, key=lambda p: -p[1])[:4]
+    _label_stack(ax, [(x, v, f"{i} {v:.2f}") for x, v, i in slow], "upper left")
+    fast = sorted(points, key=lambda p: p[1])[:2]
+    _label_stack(ax, [(x, v, f"{i} {v:.2f}") for x, v, i in fast], "lower right")
+    ax.set_xlabel("registry entries, sorted by their ratio (0: fastest)")
+    ax.set_ylabel("eqxopt / Optax")
+    n = C.human(list(results["sizes"].values())[0]["n_params"])
+    ax.set_title(
+        f"Trace+compile time of the step on the {n} tree, eqxopt (state checks "
+        f"on) / Optax\nmedian {C.median(list(ratios.values())):.2f} over "
+        f"{len(ratios)} entries; {_machine_caption(results)}",
+        loc="left",
+    )
+    return fig
+
+
 def plot(results: dict, outdir: Path) -> list[Path]:
+    """Write the PNGs of the benchmarks pages: `bench_step_ratio.png`,
+    `bench_floor.png` and `bench_compile.png`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -844,125 +1157,29 @@ def plot(results: dict, outdir: Path) -> list[Path]:
 
     outdir.mkdir(parents=True, exist_ok=True)
     written = []
-    sizes = list(results["sizes"])
-    entry_ids = list(results["sizes"][sizes[0]]["entries"])
-    machine = results["machine"]
-    caption = (
-        f"{machine['cpu']}, {machine['cores']} cores; jax {machine['jax']}, "
-        f"optax {machine['optax']}"
+    makers = (
+        ("bench_step_ratio.png", plot_step_ratio),
+        ("bench_floor.png", plot_floor),
+        ("bench_compile.png", plot_compile),
     )
-
-    # 1. Step time ratio eqxopt/Optax per entry, every size and kind.
-    fig, ax = plt.subplots(figsize=(8, 0.22 * len(entry_ids) + 1.5))
-    markers = {"tree": "o", "flat": "s"}
-    colors = dict(zip(sizes, ["tab:blue", "tab:orange", "tab:green", "tab:red"]))
-    for size in sizes:
-        for kind in KINDS:
-            ys, xs = [], []
-            for y, entry_id in enumerate(entry_ids):
-                r = results["sizes"][size]["entries"].get(entry_id, {}).get(kind, {})
-                o = r.get("ours", {}).get("median")
-                ref = (r.get("optax") or {}).get("median")
-                if o and ref:
-                    xs.append(C.ratio(o, ref))
-                    ys.append(y)
-            ax.scatter(
-                xs,
-                ys,
-                s=14,
-                marker=markers[kind],
-                color=colors[size],
-                label=f"{size} {kind}",
-                alpha=0.8,
-            )
-    ax.axvline(1.0, color="k", lw=0.8)
-    ax.set_yticks(range(len(entry_ids)), entry_ids, fontsize=6)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.set_xlabel("step time eqxopt / Optax (median; < 1 is faster)")
-    ax.set_title("Donated jitted step: eqxopt against Optax\n" + caption, fontsize=8)
-    ax.legend(fontsize=6, loc="lower right")
-    fig.tight_layout()
-    path = outdir / "bench_step_ratio.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-
-    # 2. Selected entries against the flat floor, by size.
-    focus = [
-        i
-        for i in (
-            "sgd_momentum",
-            "adamw",
-            "lion",
-            "adafactor",
-            "multisteps3_adam",
-        )
-        if i in entry_ids
-    ]
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6), sharey=True)
-    for ax, kind in zip(axes, KINDS):
-        for j, entry_id in enumerate(focus):
-            for side, style in (("ours", "-"), ("optax", ":")):
-                xs, ys = [], []
-                for size in sizes:
-                    r = results["sizes"][size]["entries"].get(entry_id, {}).get(kind)
-                    if (
-                        not r
-                        or "floor" not in r
-                        or not (r.get(side) or {}).get("median")
-                    ):
-                        continue
-                    xs.append(results["sizes"][size]["n_params"])
-                    ys.append(C.ratio(r[side]["median"], r["floor"]["median"]))
-                if xs:
-                    ax.plot(
-                        xs,
-                        ys,
-                        style,
-                        marker="o",
-                        ms=3,
-                        color=f"C{j}",
-                        label=f"{entry_id} ({'eqxopt' if side == 'ours' else 'optax'})",
-                    )
-        ax.axhline(1.0, color="k", lw=0.8)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(f"{kind} params", fontsize=9)
-        ax.set_xlabel("parameters")
-    axes[0].set_ylabel("step time / flat floor")
-    axes[1].legend(fontsize=6, loc="upper right")
-    fig.suptitle(
-        "Against the bandwidth floor (solid: eqxopt, dotted: Optax)\n" + caption,
-        fontsize=8,
-    )
-    fig.tight_layout()
-    path = outdir / "bench_floor.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    written.append(path)
-
-    # 3. Trace+compile ratio per entry.
-    comp = results.get("compile", {})
-    ids = [i for i, c in comp.items() if "error" not in c and c["samples"]["optax"]]
-    if ids:
-        fig, ax = plt.subplots(figsize=(8, 0.22 * len(ids) + 1.5))
-        ax.barh(
-            range(len(ids)),
-            [C.ratio(comp[i]["ours"], comp[i]["optax"]) for i in ids],
-            color="tab:blue",
-        )
-        ax.axvline(1.0, color="k", lw=0.8)
-        ax.axvline(COMPILE_TARGET, color="tab:red", lw=0.8, ls="--")
-        ax.set_yticks(range(len(ids)), ids, fontsize=6)
-        ax.invert_yaxis()
-        ax.set_xlabel("trace+compile eqxopt (state checks on) / Optax")
-        ax.set_title("Trace+compile of the step, 63-leaf tree\n" + caption, fontsize=8)
-        fig.tight_layout()
-        path = outdir / "bench_compile.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        written.append(path)
+    with plt.rc_context(
+        {
+            "font.size": 10,
+            "axes.titlesize": 10.5,
+            "axes.labelsize": 10,
+            "xtick.labelsize": 9.5,
+            "ytick.labelsize": 9.5,
+            "legend.fontsize": 9.5,
+        }
+    ):
+        for name, make in makers:
+            fig = make(results, plt)
+            if fig is None:
+                continue
+            path = outdir / name
+            fig.savefig(path, dpi=_DPI)
+            plt.close(fig)
+            written.append(path)
     return written
 
 
@@ -1053,12 +1270,12 @@ def merge(base: dict, new: dict) -> dict:
 def docs_text(results: dict) -> str:
     return "\n".join(
         [
-            "Machine: " + C.machine_line(results["machine"]) + ".",
+            "Machine: " + machine_text(results["machine"], docs=True) + ".",
             "",
-            "Command: `" + results["command"] + "`",
+            "Command: `" + relative_command(results["command"]) + "`",
             "",
             *[
-                f"Re-run ({r['date']}): `{r['command']}` ({len(r['entries'])} "
+                f"Re-run: `{relative_command(r['command'])}` ({len(r['entries'])} "
                 "entries; their figures replace the sweep's).\n"
                 for r in results.get("reruns", [])
             ],

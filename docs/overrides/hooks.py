@@ -5,6 +5,8 @@
   `::: eqxopt.X` on the page), linked to their entries, with the first sentence of
   each docstring.
 - `names.md` gets the index of every public name (`<!-- names:table -->`).
+- The raw benchmark results (`benchmarks/results/*.json`) are served at the same
+  paths, so the benchmark pages can link them for download.
 
 The tables are built from the package at build time, so they cannot go stale.
 """
@@ -202,3 +204,13 @@ def on_page_markdown(markdown, page, config, files, **kwargs):
         if table:
             return _insert_after_intro(markdown, table)
     return markdown
+
+
+def on_files(files, config, **kwargs):
+    from mkdocs.structure.files import File
+
+    results = pathlib.Path(config["docs_dir"]).parent / "benchmarks" / "results"
+    for path in sorted(results.glob("*.json")):
+        uri = f"benchmarks/results/{path.name}"
+        files.append(File.generated(config, uri, abs_src_path=str(path)))
+    return files
