@@ -1,5 +1,5 @@
 r"""The matrix toolbox shared by the matrix-preconditioned optimizers (SOAP, Shampoo,
-Kron, NorMuon): which axes of a leaf are preconditioned, eigenbases, inverse p-th
+Kron, Muon, NorMuon): which axes of a leaf are preconditioned, eigenbases, inverse p-th
 roots, and a refresh-every-k switch.
 
 Every function here is pure and jit/vmap-safe; none creates host-side state. The
@@ -17,14 +17,19 @@ function names are stable (other optimizer modules import them):
   Newton iteration for $(A + \epsilon I)^{-1/p}$;
 - [`eigh_inverse_pth_root`][]: the same root through `eigh`;
 - [`every_k`][]: `lax.cond(count % k == 0, refresh, keep, ...)`;
-- [`newton_schulz`][]: Muon's quintic Newton-Schulz orthogonalization.
+- [`newton_schulz`][]: Muon's quintic Newton-Schulz orthogonalization;
+- [`find_spread`][], [`spread_map`][]: the per-matrix work of different leaves,
+    stacked by shape and split over the devices of the params' mesh (the `spread`
+    option of SOAP, Shampoo, Kron, Muon and NorMuon).
 """
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -260,8 +265,23 @@ def project_back(x: Array, bases: Sequence[Array | None]) -> Array:
 
 def gram(x: Array, axis: int) -> Array:
     r"""$X_{(k)} X_{(k)}^\top$: `x` contracted with itself over every axis but `axis`
-    (`(n, n)` for `n = x.shape[axis]`)."""
+    (`(n, n)` for `n = x.shape[axis]`). Replicated over the mesh when `x` is sharded
+    over `Explicit` mesh axes (as the factor matrices `init` builds are)."""
     axes = tuple(a for a in range(x.ndim) if a != axis)
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    if spec is not None and any(s is not None for s in spec):
+        mesh = getattr(sharding, "mesh")
+        if any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+            return jax.lax.dot_general(
+                x,
+                x,
+                ((axes, axes), ((), ())),
+                precision=HIGHEST,
+                out_sharding=jax.sharding.NamedSharding(
+                    mesh, jax.sharding.PartitionSpec()
+                ),
+            )
     return jnp.tensordot(x, x, axes=(axes, axes), precision=HIGHEST)
 
 
@@ -495,3 +515,255 @@ def newton_schulz(
 
     x, _ = jax.lax.scan(iteration, x, coeffs)
     return x.astype(dtype)
+
+
+# --- spreading per-matrix work over a mesh ------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """Where [`spread_map`][] puts its stacks: the mesh (abstract, from the params'
+    types) and the mesh axes whose devices share the stacked matrices."""
+
+    mesh: Any
+    axes: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        """The number of devices a stack is split over."""
+        return math.prod(int(self.mesh.shape[a]) for a in self.axes)
+
+
+def _to_axes(value):
+    """A list of mesh axis names becomes a tuple (static fields must be hashable)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def spread_field() -> Any:
+    """The `spread` field of the matrix optimizers (static, default `True`)."""
+    return eqx.field(default=True, static=True, converter=_to_axes)
+
+
+def check_spread(opt, name: str = "spread") -> None:
+    """Check a `spread` option at construction: a bool, a mesh axis name, or a tuple
+    of distinct names. Raises a `ValueError` naming the field."""
+    value = getattr(opt, name)
+    if isinstance(value, bool):
+        return
+    names = (value,) if isinstance(value, str) else value
+    if (
+        not isinstance(names, tuple)
+        or not names
+        or not all(isinstance(a, str) for a in names)
+        or len(set(names)) != len(names)
+    ):
+        raise ValueError(
+            f"`{type(opt).__name__}({name}=...)` must be True, False, a mesh axis "
+            f"name or a tuple of distinct mesh axis names, got {value!r}."
+        )
+
+
+def mesh_of(leaves: Sequence[Any]) -> Any:
+    """The (abstract) mesh of the traced `leaves`: the one in their types
+    (`jax.typeof(x).sharding.mesh`, present under `jit` whenever they are on a mesh,
+    with `Auto` or `Explicit` axes), else the context mesh (`jax.set_mesh`); `None`
+    outside a trace or without a mesh."""
+    traced = [x for x in leaves if isinstance(x, jax.core.Tracer)]  # pyright: ignore
+    if not traced:
+        return None
+    for x in traced:
+        candidate = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
+        if candidate is not None and candidate.axis_names:
+            return candidate
+    candidate = jax.sharding.get_abstract_mesh()
+    return candidate if candidate.axis_names else None
+
+
+def replicate(tree: Any, mesh: Any) -> Any:
+    """Every array of `tree` replicated over the non-manual axes of `mesh` (from
+    [`mesh_of`][]; `None` leaves `tree` alone): the sharding
+    `eqxopt.state_shardings` predicts for factor matrices, which `init` builds
+    unsharded. Under `jit` with `Auto` axes XLA would otherwise choose the outputs'
+    shardings itself."""
+    if mesh is None:
+        return tree
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
+    if all(t == jax.sharding.AxisType.Manual for t in types.values()):
+        return tree
+    whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    explicit = any(t == jax.sharding.AxisType.Explicit for t in types.values())
+
+    def one(x):
+        if not isinstance(x, jax.Array):
+            return x
+        if explicit:
+            spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+            if spec is None or all(a is None for a in spec):
+                return x
+            return jax.sharding.reshard(x, whole)
+        return jax.lax.with_sharding_constraint(x, whole)
+
+    return jax.tree.map(one, tree)
+
+
+def find_spread(
+    option: bool | str | tuple[str, ...], leaves: Sequence[Any], who: str
+) -> Spread | None:
+    """The [`Spread`][] an optimizer with `spread=option` uses for traced `leaves` (its
+    grads/params), or `None` for "compute every matrix on every device".
+
+    The mesh is the one in the leaves' types (`jax.typeof(x).sharding.mesh`, present
+    under `jit` whenever the params are on a mesh, with `Auto` or `Explicit` axes),
+    else the context mesh (`jax.set_mesh`). `option=True` uses every mesh axis that
+    is not `Manual` (inside `shard_map` each device already has its own matrices);
+    a name or tuple of names uses those axes. Nothing is spread outside a trace (eager
+    op-by-op execution), over a mesh of one device, or with `option=False`.
+    """
+    if option is False:
+        return None
+    mesh = mesh_of(leaves)
+    if mesh is None:
+        return None
+    manual = {
+        a
+        for a, t in zip(mesh.axis_names, mesh.axis_types)
+        if t == jax.sharding.AxisType.Manual
+    }
+    if option is True:
+        axes = tuple(a for a in mesh.axis_names if a not in manual)
+    else:
+        axes = (option,) if isinstance(option, str) else tuple(option)
+        for a in axes:
+            if a not in mesh.axis_names or a in manual:
+                raise ValueError(
+                    f"`{who}(spread={option!r})`: {a!r} is not a non-manual axis of "
+                    f"the params' mesh, whose axes are {mesh.axis_names}."
+                )
+    axes = tuple(a for a in axes if int(mesh.shape[a]) > 1)
+    return Spread(mesh, axes) if axes else None
+
+
+def spread_map(
+    fn: Callable,
+    tasks: Sequence[tuple[Any, tuple[Array, ...]]],
+    spread: Spread | None,
+    *,
+    shared: Any = (),
+    batched: bool = False,
+    group: bool = False,
+) -> list:
+    """`[fn(static, shared, *operands) for static, operands in tasks]`, with the work
+    of different tasks spread over the devices of `spread`'s mesh axes.
+
+    Tasks with the same `static` (hashable) and the same operand shapes and dtypes
+    form a group. With a `spread`, each group's operands are stacked along a new
+    leading axis, the stack is padded (with copies of its first task) to a multiple of
+    the number of devices, constrained to be split over `spread.axes`, and
+    `jax.vmap(fn)` runs on it: every device computes its share of the tasks. The
+    results are constrained to be replicated (XLA all-gathers them) and unstacked, so
+    each task's results are what `fn` gives it alone (up to the reassociation a
+    batched kernel may do).
+
+    `shared` (a PyTree, e.g. hyperparameters) is passed to every call unbatched. `fn`
+    must take every traced array it uses from its arguments, never from a closure: on
+    a mesh with `Explicit` axes the stacks are computed under
+    `jax.sharding.auto_axes`, where a closed-over array of the outer trace is an
+    error.
+
+    `batched=True` says that each operand already has a leading batch axis (of any
+    size per task) and that `fn` maps over it itself (Muon's `(batch, m, n)`
+    stacks): groups are concatenated along that axis instead of stacked, and `fn` is
+    called on the concatenation. Without a `spread`, each task is computed alone, or,
+    with `batched=True` and `group=True`, one call per concatenated group.
+    """
+    if spread is None and not (batched and group):
+        return [fn(static, shared, *operands) for static, operands in tasks]
+    groups: dict[Any, list[int]] = {}
+    for i, (static, operands) in enumerate(tasks):
+        shapes = tuple((x.shape[1:] if batched else x.shape, x.dtype) for x in operands)
+        groups.setdefault((static, shapes), []).append(i)
+    results: list = [None] * len(tasks)
+    for (static, _), members in groups.items():
+        if spread is None and len(members) == 1:
+            (i,) = members
+            results[i] = fn(static, shared, *tasks[i][1])
+            continue
+        n_ops = len(tasks[members[0]][1])
+        join = jnp.concatenate if batched else jnp.stack
+        stacks = [join([tasks[i][1][k] for i in members]) for k in range(n_ops)]
+        sizes = [tasks[i][1][0].shape[0] if batched else 1 for i in members]
+        if spread is None:
+            out = fn(static, shared, *stacks)
+        else:
+            call = functools.partial(fn, static)
+            if not batched:
+                call = jax.vmap(call, in_axes=(None,) + (0,) * n_ops)
+            out = _spread_call(call, shared, stacks, spread)
+        start = 0
+        for i, size in zip(members, sizes):
+            if batched:
+                results[i] = jax.tree.map(lambda o: o[start : start + size], out)
+            else:
+                results[i] = jax.tree.map(lambda o: o[start], out)
+            start += size
+    return results
+
+
+def _spread_call(call: Callable, shared: Any, stacks: list[Array], spread: Spread):
+    """`call(shared, *stacks)` with the stacks' leading axis split over `spread`'s axes
+    and the results replicated."""
+    n = stacks[0].shape[0]
+    pad = -n % spread.size
+    if pad:
+        stacks = [
+            jnp.concatenate([s, jnp.broadcast_to(s[:1], (pad,) + s.shape[1:])])
+            for s in stacks
+        ]
+    mesh = spread.mesh
+    explicit = tuple(
+        a
+        for a, t in zip(mesh.axis_names, mesh.axis_types)
+        if t == jax.sharding.AxisType.Explicit
+    )
+    P = jax.sharding.PartitionSpec
+    # Python numbers in `shared` stay static; arrays are passed in.
+    leaves, treedef = jax.tree.flatten(shared)
+    dynamic = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)]
+
+    def body(arrays, *stacks, constrain=True):
+        full = list(leaves)
+        for i, x in zip(dynamic, arrays):
+            full[i] = x
+        if not constrain:
+            return call(jax.tree.unflatten(treedef, full), *stacks)
+        # Under `auto_axes` (explicit meshes) the constraints refer to the mesh as it
+        # is inside, with those axes `Auto`.
+        inner = jax.sharding.get_abstract_mesh() if explicit else mesh
+        if not inner.axis_names:
+            inner = mesh
+        split = jax.sharding.NamedSharding(inner, P(spread.axes))
+        whole = jax.sharding.NamedSharding(inner, P())
+        stacks = [jax.lax.with_sharding_constraint(s, split) for s in stacks]
+        out = call(jax.tree.unflatten(treedef, full), *stacks)
+        return jax.tree.map(lambda o: jax.lax.with_sharding_constraint(o, whole), out)
+
+    arrays = [leaves[i] for i in dynamic]
+    if explicit:
+        replicated = jax.sharding.NamedSharding(mesh, P())
+        out_shape = jax.eval_shape(
+            functools.partial(body, constrain=False), arrays, *stacks
+        )
+        with jax.sharding.use_abstract_mesh(mesh):
+            out = jax.sharding.auto_axes(
+                body,
+                axes=explicit,
+                out_sharding=jax.tree.map(lambda _: P(), out_shape),
+            )(
+                [jax.sharding.reshard(x, replicated) for x in arrays],
+                *[jax.sharding.reshard(s, replicated) for s in stacks],
+            )
+    else:
+        out = body(arrays, *stacks)
+    if pad:
+        out = jax.tree.map(lambda o: o[:n], out)
+    return out

@@ -885,3 +885,97 @@ def test_construction_creates_no_arrays_under_jit():
         state = opt.init(params)
         jax.jit(opt.update)(grads, state, params)
     make_and_init(1e-3, params)
+
+
+# The whole state, every kind of leaf, for the five matrix optimizers: what
+# `eqxopt.verify` reports is each docstring's "State memory" formula, term by term.
+# "w" is a matrix that Shampoo does not merge (70 * 64 > 4096); "v" one that it merges
+# into a vector of 35; "b" a vector (SOAP: plain Adam; Kron: a diagonal factor; Muon:
+# the fallback); "s" a scalar (Shampoo: not preconditioned, rank 0 < 1).
+_MEMORY_TREE = {"w": (70, 64), "v": (5, 7), "b": (4,), "s": ()}
+
+
+def _size(shape):
+    return int(np.prod(shape, dtype=np.int64))
+
+
+def _soap_bytes(bs, bp):
+    total = 4  # the count
+    for shape in _MEMORY_TREE.values():
+        if len(shape) == 2:  # 2 m n b_s + 2 (m^2 + n^2) b_p
+            m, n = shape
+            total += 2 * m * n * bs + 2 * (m * m + n * n) * bp
+        else:  # 1-D (precondition_1d=False) and 0-D: plain Adam's two moments
+            total += 2 * _size(shape) * bs
+    return total
+
+
+def _shampoo_bytes(bs, bp, graft_type):
+    total = 4  # the count
+    # Views: "w" stays (70, 64) (one block per axis at block_size=1024); "v" merges
+    # into (35,), "b" is (4,): one factor each; "s" has none.
+    factor_sizes = {"w": (70, 64), "v": (35,), "b": (4,), "s": ()}
+    diagonal = graft_type in ("adagrad", "rmsprop")
+    for name, shape in _MEMORY_TREE.items():
+        total += 2 * sum(d * d for d in factor_sizes[name]) * bp  # statistics, roots
+        total += (2 + diagonal) * _size(shape) * bs  # momenta (+ diagonal statistics)
+    return total
+
+
+def _kron_bytes(bs, bp):
+    total = 4 + 4 + 8  # count, update_counter, threefry key data
+    for shape in _MEMORY_TREE.values():
+        total += _size(shape) * bs  # the momentum
+        if len(shape) == 2:  # both axes triangular: m^2 + n^2
+            total += sum(d * d for d in shape) * bp
+        elif len(shape) == 1:  # fewer than min_ndim_triangular=2 axes: diagonal
+            total += shape[0] * bp
+        else:  # a 0-d leaf: one scalar
+            total += bp
+    return total
+
+
+def _muon_bytes(bs, normuon):
+    total = 4 + 5 * 3 * bs  # count, (ns_steps, 3) coefficients (the params' dtype)
+    fallback = 4  # AdamW's count
+    for shape in _MEMORY_TREE.values():
+        if len(shape) == 2:  # m n (+ m for NorMuon's row moments)
+            m, n = shape
+            total += (m * n + (m if normuon else 0)) * bs
+        else:  # AdamW's two moments
+            fallback += 2 * _size(shape) * bs
+    return total + fallback
+
+
+_MEMORY_CASES = {
+    "soap": (lambda **kw: eqxopt.SOAP(**kw), lambda bs, bp: _soap_bytes(bs, bp)),
+    "shampoo": (
+        lambda **kw: eqxopt.Shampoo(1e-3, **kw),
+        lambda bs, bp: _shampoo_bytes(bs, bp, "sgd"),
+    ),
+    "shampoo_rmsprop": (
+        lambda **kw: eqxopt.Shampoo(1e-3, graft_type="rmsprop", **kw),
+        lambda bs, bp: _shampoo_bytes(bs, bp, "rmsprop"),
+    ),
+    "kron": (lambda **kw: eqxopt.Kron(1e-3, **kw), lambda bs, bp: _kron_bytes(bs, bp)),
+    "muon": (lambda **kw: eqxopt.Muon(0.02), lambda bs, bp: _muon_bytes(bs, False)),
+    "normuon": (
+        lambda **kw: eqxopt.NorMuon(0.02),
+        lambda bs, bp: _muon_bytes(bs, True),
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", sorted(_MEMORY_CASES))
+def test_state_bytes_match_the_docstring_formulas(name, dtype):
+    make, formula = _MEMORY_CASES[name]
+    dtype = jnp.dtype(dtype)
+    params = {k: jnp.zeros(s, dtype) for k, s in _MEMORY_TREE.items()}
+    bs = dtype.itemsize  # state_dtype: the params' by default
+    # Factors in the params' dtype by default; float32 ones for bfloat16 params, as
+    # the docstrings advise (Muon and NorMuon have no factors).
+    kw = {} if dtype == jnp.float32 else {"precond_dtype": jnp.float32}
+    bp = 4 if kw else bs
+    report = eqxopt.verify(make(**kw), params)
+    assert report.nbytes == formula(bs, bp), str(report)

@@ -17,6 +17,14 @@ from jaxtyping import Array, ArrayLike, Inexact, Int32, Key, PyTree
 from .._base import AbstractOptimizer
 from .._checks import check_hyperparams, need_params
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._matrix import (
+    check_spread,
+    find_spread,
+    mesh_of,
+    replicate,
+    spread_field,
+    spread_map,
+)
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -357,6 +365,11 @@ class Kron(AbstractOptimizer[KronState]):
     `key=5318008` reproduces psgd-jax's draws. The preconditioner update is a
     `lax.cond`: steps that skip it do not compute it.
 
+    **Sharding.** With `jit` and sharded params, the momentum is sharded like the
+    params and the factors are replicated (see [`eqxopt.state_shardings`][]); the
+    factor updates of same-shape leaves are spread over the mesh's devices, each
+    computing its share (`spread`).
+
     **Defaults' provenance**: psgd-jax 0.2.9's `kron` (`learning_rate=0.001`,
     `b1=0.9`, `preconditioner_lr=0.1`, `max_size_triangular=8192`,
     `min_ndim_triangular=2`, the anneal of [`eqxopt.PrecondUpdateProbSchedule`][],
@@ -388,8 +401,9 @@ class Kron(AbstractOptimizer[KronState]):
     **State memory** per `(m, n)` leaf with both axes triangular: $mn$ elements in the
     param's dtype (or `state_dtype`) for the momentum, plus $m^2 + n^2$ in the
     param's dtype (or `precond_dtype`) for the factors ($m$ or $n$ for a diagonal
-    axis); plus, once, two `int32` counters and the key's data (two `int32` for the
-    default threefry key).
+    axis; a 1-D leaf of size $n$ has a diagonal factor, $n$, by default, and a 0-D
+    leaf one scalar); plus, once, two `int32` counters and the key's data (two
+    `int32` for the default threefry key).
 
     ??? cite "References"
 
@@ -441,6 +455,7 @@ class Kron(AbstractOptimizer[KronState]):
     lax_map_scanned_layers: bool = eqx.field(default=False, static=True)
     lax_map_batch_size: int = eqx.field(default=8, static=True)
     key: Any = 0
+    spread: bool | str | tuple[str, ...] = spread_field()
 
     def __check_init__(self):
         check_hyperparams(
@@ -479,6 +494,7 @@ class Kron(AbstractOptimizer[KronState]):
                     f"{dtype!r}."
                 )
         _check_key(self)
+        check_spread(self)
 
     # -- per-leaf facts ----------------------------------------------------------------
 
@@ -599,6 +615,7 @@ class Kron(AbstractOptimizer[KronState]):
                     "params the state was initialised with."
                 )
         idx = [i for i, f in enumerate(facts) if f is not None]
+        spread = find_spread(self.spread, [g_leaves[i] for i in idx], "Kron")
         for i in idx:
             qs = q_leaves[i]
             if facts[i].scanned:
@@ -659,18 +676,30 @@ class Kron(AbstractOptimizer[KronState]):
                 _, sub = jr.split(key)
                 keys = jr.split(sub, len(idx)) if idx else []
                 damp = jnp.sqrt(jnp.finfo(jnp.float32).eps)
-                new = []
+                tasks = []
                 for k, i, q in zip(keys, idx, qs):
                     h = precond_in[i]
                     v = jr.normal(k, h.shape, dtypes[i])
                     h = h + damp.astype(h.dtype) * jnp.mean(jnp.abs(h)) * v
-                    lr_p = self.preconditioner_lr
-                    fn = lambda q, h, v: _update_factors(
-                        [x.astype(dtypes[i]) for x in q], h, v, lr_p
+                    tasks.append(((dtypes[i], facts[i].scanned), (*q, h, v)))
+
+                def fn(static, lr_p, *operands):
+                    dt, scanned = static
+                    *q, h, v = operands
+                    out = self._map(
+                        scanned,
+                        lambda q, h, v: _update_factors(
+                            [x.astype(dt) for x in q], h, v, lr_p
+                        ),
+                        q,
+                        h,
+                        v,
                     )
-                    out = self._map(facts[i].scanned, fn, q, h, v)
-                    new.append([x.astype(y.dtype) for x, y in zip(out, q)])
-                return new
+                    return [x.astype(y.dtype) for x, y in zip(out, q)]
+
+                # Every leaf's factor update at once, spread over the mesh (see
+                # `spread`).
+                return spread_map(fn, tasks, spread, shared=self.preconditioner_lr)
 
         qs_new = lax.cond(do_update, refresh, lambda key, qs: qs, subkey, qs_in)
 
@@ -690,12 +719,26 @@ class Kron(AbstractOptimizer[KronState]):
             )
         updates: list = [None] * len(leaves)
         new_qs: list = [None] * len(leaves)
-        for i, q in zip(idx, qs_new):
+
+        def precondition(static, _, *operands):
+            dt, scanned = static
+            *q, g = operands
+            fn = lambda q, g: _precondition([x.astype(dt) for x in q], g)
+            return self._map(scanned, fn, q, g)
+
+        # Every leaf's preconditioning at once, spread over the mesh (see `spread`).
+        with jax.default_matmul_precision(self.precond_grads_precision):
+            preconditioned = spread_map(
+                precondition,
+                [
+                    ((dtypes[i], facts[i].scanned), (*q, mom[i]))
+                    for i, q in zip(idx, qs_new)
+                ],
+                spread,
+            )
+        for i, q, u in zip(idx, qs_new, preconditioned):
             new_qs[i] = q
             dt = dtypes[i]
-            with jax.default_matmul_precision(self.precond_grads_precision):
-                fn = lambda q, g: _precondition([x.astype(dt) for x in q], g)
-                u = self._map(facts[i].scanned, fn, q, mom[i])
             u = _clip_rms(u)
             if decay and (mask is None or mask[i] is True):
                 u = u + scalar(wd, dt) * leaves[i].astype(dt)
@@ -704,7 +747,12 @@ class Kron(AbstractOptimizer[KronState]):
         new_state = KronState(
             count=count,
             mu=jtu.tree_unflatten(treedef, new_mu),
-            Qs=jtu.tree_unflatten(treedef, new_qs),
+            # Replicated over the params' mesh, as `state_shardings` predicts (XLA
+            # would otherwise pick their shardings).
+            Qs=replicate(
+                jtu.tree_unflatten(treedef, new_qs),
+                mesh_of([g_leaves[i] for i in idx]),
+            ),
             update_counter=counter,
             key_data=state.key_data,
             impl=state.impl,
@@ -749,4 +797,9 @@ Kron.__init__.__doc__ = r"""**Arguments:**
     `lax.map` in batches of this size instead of `vmap`, to save memory; defaults
     `False`, `8`. (Static.)
 - `key`: the PRNG seed (an int) or a `jax.random.key`; default `0`.
+- `spread`: under `jit` with params on a mesh, how the devices share the per-matrix
+    work (the factor updates, with their triangular solves): `True` (default) stacks
+    same-shape matrices and splits the stacks over every mesh axis (each device
+    computes its share, the results are all-gathered); a mesh axis name or a tuple
+    of names uses those axes; `False` repeats the work on every device. (Static.)
 """

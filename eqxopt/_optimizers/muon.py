@@ -18,9 +18,16 @@ from .._checks import check_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
 from .._matrix import (
     check_dimension_numbers,
+    check_spread,
+    find_spread,
     matrix_view,
     MatrixView,
+    mesh_of,
     newton_schulz as _newton_schulz,
+    replicate,
+    Spread,
+    spread_field,
+    spread_map,
 )
 from .._misc import (
     abs_sq,
@@ -255,9 +262,17 @@ def _explicit_sharding(x):
     return sharding
 
 
-def _orthogonalize(inputs: list, matrices: list[MatrixView], coeffs, eps, ns_dtype):
-    """Newton-Schulz on every leaf of `inputs`; same-shape leaves share one batch
-    (on accelerators, see `_GROUP_SAME_SHAPES`)."""
+def _orthogonalize(
+    inputs: list,
+    matrices: list[MatrixView],
+    coeffs,
+    eps,
+    ns_dtype,
+    spread: Spread | None,
+):
+    """Newton-Schulz on every leaf of `inputs`, through `spread_map`: same-shape
+    matrices share one batch (on accelerators, see `_GROUP_SAME_SHAPES`, and always
+    when `spread` splits the batches over the devices of a mesh)."""
     stacks, transposed, shardings = [], [], []
     for x, mat in zip(inputs, matrices):
         # Explicitly sharded leaves are gathered for the iteration (whose matmuls
@@ -270,25 +285,14 @@ def _orthogonalize(inputs: list, matrices: list[MatrixView], coeffs, eps, ns_dty
         tall = s.shape[-2] > s.shape[-1]
         stacks.append(jnp.swapaxes(s, -1, -2) if tall else s)
         transposed.append(tall)
-    groups: dict[Any, list[int]] = {}
-    group = _group_same_shapes()
-    for i, s in enumerate(stacks):
-        key = (s.shape[-2:], s.dtype) if group else i
-        groups.setdefault(key, []).append(i)
-    results: list = [None] * len(stacks)
-    for members in groups.values():
-        if len(members) == 1:
-            results[members[0]] = _newton_schulz(
-                stacks[members[0]], coeffs, eps, ns_dtype
-            )
-            continue
-        batch = jnp.concatenate([stacks[i] for i in members], axis=0)
-        out = _newton_schulz(batch, coeffs, eps, ns_dtype)
-        start = 0
-        for i in members:
-            n = stacks[i].shape[0]
-            results[i] = out[start : start + n]
-            start += n
+    results = spread_map(
+        lambda _, shared, x: _newton_schulz(x, shared[0], shared[1], ns_dtype),
+        [(None, (s,)) for s in stacks],
+        spread,
+        shared=(coeffs, eps),
+        batched=True,
+        group=_group_same_shapes(),
+    )
     outputs = []
     for o, t, mat, sharding in zip(results, transposed, matrices, shardings):
         o = mat.from_view(jnp.swapaxes(o, -1, -2) if t else o)
@@ -399,9 +403,11 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
     ns_dtype: AbstractVar[Any]
     matrix_mask: AbstractVar[FilterSpec | None]
     state_dtype: AbstractVar[Any]
+    spread: AbstractVar[bool | str | tuple[str, ...]]
 
     def __check_init__(self):
         name = type(self).__name__
+        check_spread(self)
         check_hyperparams(
             self,
             nonnegative=("learning_rate", "eps", "weight_decay"),
@@ -562,6 +568,9 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
                 state.ns_coeffs,
                 self.eps,
                 self.ns_dtype,
+                find_spread(
+                    self.spread, [x.value for x in inputs], type(self).__name__
+                ),
             )
         )
         ortho_tree = jtu.tree_map(
@@ -618,6 +627,9 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
                 fb_updates,
                 is_leaf=is_none,
             )
+        # The row moments (NorMuon) are replicated over the params' mesh, as
+        # `state_shardings` predicts (XLA would otherwise pick their shardings).
+        nu = replicate(nu, mesh_of([x.value for x in inputs]))
         new_state = self._make_state(
             increment(state.count), mu, nu, state.ns_coeffs, fb_state
         )
@@ -681,7 +693,8 @@ class Muon(_AbstractMuon[MuonState]):
 
     **State memory** per `(m, n)` Muon leaf: $mn$ elements (the momentum `mu`) in the
     param's dtype (or `state_dtype`); plus, once, the `int32` count, the
-    `(ns_steps, 3)` coefficients, and the fallback's state for the other leaves.
+    `(ns_steps, 3)` coefficients (in the widest Muon param's dtype, or
+    `state_dtype` if wider), and the fallback's state for the other leaves.
 
     **Compared with `optax.contrib.muon`** (0.2.8):
 
@@ -710,7 +723,9 @@ class Muon(_AbstractMuon[MuonState]):
     On GPU and TPU, same-shape matrices (after transposing tall ones) are stacked and
     go through one batched Newton-Schulz; on CPU, where XLA's batched matmul is slower
     than separate ones, each leaf has its own. With `jit` and sharded params
-    (`NamedSharding`), the momentum buffers come out sharded like the params. Inside
+    (`NamedSharding`), the momentum buffers come out sharded like the params, and the
+    same-shape stacks are split over the mesh's devices, each orthogonalizing its
+    share (`spread`). Inside
     `shard_map`, each device must see whole matrices (data parallelism: replicated
     params, `pmean`-ed grads).
 
@@ -758,6 +773,7 @@ class Muon(_AbstractMuon[MuonState]):
     ns_dtype: Any = eqx.field(default=None, static=True)
     matrix_mask: FilterSpec | None = mask_field(default=None)
     state_dtype: Any = eqx.field(default=None, static=True)
+    spread: bool | str | tuple[str, ...] = spread_field()
 
     def _make_state(self, count, mu, nu, ns_coeffs, fallback_state) -> MuonState:
         del nu
@@ -800,6 +816,11 @@ Muon.__init__.__doc__ = r"""**Arguments:**
     others. Default: the 2-D leaves.
 - `state_dtype`: dtype of the momentum buffers (and of the default fallback's
     moments); default the param's. (Static.)
+- `spread`: under `jit` with params on a mesh, how the devices share the per-matrix
+    work (Newton-Schulz): `True` (default) stacks same-shape matrices and splits the
+    stacks over every mesh axis (each device computes its share, the results are
+    all-gathered); a mesh axis name or a tuple of names uses those axes; `False`
+    repeats the work on every device. (Static.)
 """
 
 
@@ -859,7 +880,8 @@ class NorMuon(_AbstractMuon[NorMuonState]):
 
     **State memory** per `(m, n)` NorMuon leaf: $mn + m$ elements in the param's dtype
     (or `state_dtype`): the momentum `mu` and the row moments `nu`; plus, once, the
-    `int32` count and the `(ns_steps, 3)` coefficients, and the fallback's state.
+    `int32` count and the `(ns_steps, 3)` coefficients (as Muon's), and the
+    fallback's state.
 
     ??? cite "References"
 
@@ -901,6 +923,7 @@ class NorMuon(_AbstractMuon[NorMuonState]):
     ns_dtype: Any = eqx.field(default=None, static=True)
     matrix_mask: FilterSpec | None = mask_field(default=None)
     state_dtype: Any = eqx.field(default=None, static=True)
+    spread: bool | str | tuple[str, ...] = spread_field()
 
     def __check_init__(self):
         check_hyperparams(self, unit_interval=("beta2",), nonnegative=("norm_eps",))
@@ -921,7 +944,12 @@ class NorMuon(_AbstractMuon[NorMuonState]):
         v = beta2 * rows.to_view(nu).astype(dtype) + (1 - beta2) * mean_sq
         y = x / (jnp.sqrt(v) + eps)
         y = y * (frob(x) / (frob(y) + eps))
-        return view.from_view(y), rows.from_view(v).astype(nu.dtype)
+        nu_new = rows.from_view(v).astype(nu.dtype)
+        # With explicit mesh axes `v` follows `o`'s sharding; keep `nu`'s own (rule 5).
+        target = getattr(jax.typeof(nu), "sharding", None)
+        if _explicit_sharding(nu_new) is not None and isinstance(target, NamedSharding):
+            nu_new = jax.sharding.reshard(nu_new, target)
+        return view.from_view(y), nu_new
 
 
 NorMuon.__init__.__doc__ = r"""**Arguments:**
@@ -938,4 +966,5 @@ NorMuon.__init__.__doc__ = r"""**Arguments:**
     default `1e-10` (the reference's).
 - `state_dtype`: dtype of the momentum and row-moment buffers (and of the default
     fallback's moments); default the param's. (Static.)
+- `spread`: as for [`eqxopt.Muon`][]. (Static.)
 """

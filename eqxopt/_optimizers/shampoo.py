@@ -15,12 +15,18 @@ from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._matrix import (
     BlockPartition,
     check_every_k,
+    check_spread,
     every_k,
+    find_spread,
     gram,
     matrix_inverse_pth_root,
     matrix_view,
     MatrixView,
+    mesh_of,
     project,
+    replicate,
+    spread_field,
+    spread_map,
 )
 from .._misc import (
     compute_dtype,
@@ -182,10 +188,15 @@ class Shampoo(AbstractOptimizer[ShampooState]):
     `state_dtype` (the param's by default), plus $mn$ for the diagonal statistics
     with AdaGrad/RMSProp grafting; plus 4 bytes for the count. A merged leaf counts as
     its merged shape (a small `(m, n)` leaf becomes a vector of $mn$ with one
-    $(mn)^2$ factor).
+    $(mn)^2$ factor). A leaf that is not preconditioned (rank below
+    `skip_preconditioning_rank_lt`, e.g. a scalar, or an axis longer than
+    `skip_preconditioning_dim_size_gt`) has the momenta (and diagonal statistics)
+    alone.
 
     With `jit` and sharded params, the momenta are sharded like the params; the
-    factor matrices are replicated.
+    factor matrices are replicated (see [`eqxopt.state_shardings`][]). Their inverse
+    roots are spread over the mesh's devices, each computing its share of the
+    same-shape factors (`spread`).
 
     ??? cite "References"
 
@@ -244,6 +255,7 @@ class Shampoo(AbstractOptimizer[ShampooState]):
     precond_dtype: Any = eqx.field(default=None, static=True)
     state_dtype: Any = eqx.field(default=None, static=True)
     root_dtype: Any = eqx.field(default=None, static=True)
+    spread: bool | str | tuple[str, ...] = spread_field()
 
     def __check_init__(self):
         check_hyperparams(
@@ -270,6 +282,7 @@ class Shampoo(AbstractOptimizer[ShampooState]):
         )
         for name in ("preconditioning_compute_steps", "statistics_compute_steps"):
             check_every_k(self, name)
+        check_spread(self)
         for name in ("exponent_override", "skip_preconditioning_rank_lt"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -358,6 +371,7 @@ class Shampoo(AbstractOptimizer[ShampooState]):
         idx = [i for i, g in enumerate(g_leaves) if is_param(g)]
         layouts = {i: _Layout(self, tuple(g_leaves[i].shape)) for i in idx}
         pre_idx = [i for i in idx if stats_l[i] is not None]
+        spread = find_spread(self.spread, [g_leaves[i] for i in idx], "Shampoo")
 
         # 1. Statistics (every `statistics_compute_steps` steps).
         def new_statistics(_):
@@ -395,22 +409,28 @@ class Shampoo(AbstractOptimizer[ShampooState]):
 
         # 2. Preconditioners (every `preconditioning_compute_steps` steps); a root
         #    whose residual is NaN or >= inverse_failure_threshold is not used.
+        def new_preconditioner(exponent, shared, s, old):
+            ridge_epsilon, failure_threshold = shared
+            root, error = matrix_inverse_pth_root(
+                s.astype(self._root_dtype(s)),
+                exponent,
+                ridge_epsilon=ridge_epsilon,
+                relative_matrix_epsilon=self.relative_matrix_epsilon,
+            )
+            threshold = scalar(failure_threshold, jnp.float32)
+            failed = jnp.isnan(error) | (error >= threshold)
+            return jnp.where(failed, old, root.astype(old.dtype))
+
         def new_preconditioners(stats):
-            out = []
-            for i, s_leaf in zip(pre_idx, stats):
-                layout, new = layouts[i], []
-                for s, old in zip(s_leaf, precs_l[i]):
-                    root, error = matrix_inverse_pth_root(
-                        s.astype(self._root_dtype(s)),
-                        layout.exponent,
-                        ridge_epsilon=self.matrix_epsilon,
-                        relative_matrix_epsilon=self.relative_matrix_epsilon,
-                    )
-                    threshold = scalar(self.inverse_failure_threshold, jnp.float32)
-                    failed = jnp.isnan(error) | (error >= threshold)
-                    new.append(jnp.where(failed, old, root.astype(old.dtype)))
-                out.append(tuple(new))
-            return out
+            # Every block's root at once, spread over the mesh (see `spread`).
+            tasks = [
+                (layouts[i].exponent, (s, old))
+                for i, s_leaf in zip(pre_idx, stats)
+                for s, old in zip(s_leaf, precs_l[i])
+            ]
+            shared = (self.matrix_epsilon, self.inverse_failure_threshold)
+            roots = iter(spread_map(new_preconditioner, tasks, spread, shared=shared))
+            return [tuple(next(roots) for _ in precs_l[i]) for i in pre_idx]
 
         old_precs = [precs_l[i] for i in pre_idx]
         if pre_idx:
@@ -424,6 +444,11 @@ class Shampoo(AbstractOptimizer[ShampooState]):
         else:
             precs_new = []
         stats_out, precs_out = list(stats_l), list(precs_l)
+        # Factor matrices replicated over the params' mesh, as `state_shardings`
+        # predicts (XLA would otherwise pick their shardings).
+        stats_new, precs_new = replicate(
+            (stats_new, precs_new), mesh_of([g_leaves[i] for i in idx])
+        )
         for i, s, p in zip(pre_idx, stats_new, precs_new):
             stats_out[i], precs_out[i] = s, p
 
@@ -567,4 +592,9 @@ Shampoo.__init__.__doc__ = r"""**Arguments:** (the reference's, in its order)
 - `root_dtype`: dtype the inverse p-th roots are computed in (never below the
     statistics'); default float64 when `jax_enable_x64` is on, else float32, as the
     reference. (Static.)
+- `spread`: under `jit` with params on a mesh, how the devices share the per-matrix
+    work (the inverse p-th roots): `True` (default) stacks same-shape matrices and
+    splits the stacks over every mesh axis (each device computes its share, the
+    results are all-gathered); a mesh axis name or a tuple of names uses those axes;
+    `False` repeats the work on every device. (Static.)
 """

@@ -13,14 +13,20 @@ from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._matrix import (
     check_every_k,
+    check_spread,
     eigh_basis,
     every_k,
+    find_spread,
     gram,
     matrix_view,
     MatrixView,
+    mesh_of,
     project,
     project_back,
     qr_power_basis,
+    replicate,
+    spread_field,
+    spread_map,
 )
 from .._misc import (
     compute_dtype,
@@ -70,6 +76,16 @@ class SOAPState(eqx.Module):
     nu: PyTree[Inexact[Array, "..."]]
     preconditioners: PyTree[Float[Array, "_ _"]]
     bases: PyTree[Float[Array, "_ _"]]
+
+
+def _rotate(flags: tuple[bool, ...], shared, mu: Array, *bases: Array) -> Array:
+    """`mu` (in the bases `old`) in the bases `new`: `bases` holds the old bases of the
+    axes whose `flags` are set, then their new ones."""
+    n = len(bases) // 2
+    old, new = iter(bases[:n]), iter(bases[n:])
+    old_bases = [next(old) if f else None for f in flags]
+    new_bases = [next(new) if f else None for f in flags]
+    return project(project_back(mu, old_bases), new_bases)
 
 
 def _leaves(tree, treedef):
@@ -134,10 +150,14 @@ class SOAP(AbstractOptimizer[SOAPState]):
     factor and basis entries (`precond_dtype`, default `state_dtype`, else the
     param's), i.e.
     $2mn\,b_s + 2(m^2+n^2)\,b_p$ bytes, plus 4 bytes for the count. An axis longer
-    than `max_precond_dim` contributes no factor.
+    than `max_precond_dim` contributes no factor; a leaf with none (a 1-D leaf
+    without `precondition_1d`, a 0-D leaf) has the two moments alone, $2\,
+    \mathrm{size}\,b_s$.
 
     With `jit` and sharded params, the moments are sharded like the params; the factor
-    matrices and bases are replicated (see [`eqxopt.state_shardings`][]).
+    matrices and bases are replicated (see [`eqxopt.state_shardings`][]). Their eigh
+    and QR are spread over the mesh's devices, each computing its share of the
+    same-shape factors (`spread`).
 
     ??? cite "References"
 
@@ -181,6 +201,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
     correct_bias: bool = eqx.field(default=True, static=True)
     precond_dtype: Any = eqx.field(default=None, static=True)
     state_dtype: Any = eqx.field(default=None, static=True)
+    spread: bool | str | tuple[str, ...] = spread_field()
 
     def __check_init__(self):
         check_hyperparams(
@@ -191,6 +212,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
             positive_int=("max_precond_dim",),
         )
         check_every_k(self, "precondition_frequency")
+        check_spread(self)
         for name in ("precond_dtype", "state_dtype"):
             value = getattr(self, name)
             try:
@@ -280,6 +302,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
         )
         idx = [i for i, g in enumerate(g_leaves) if is_param(g)]
         views = {i: self._view(g_leaves[i]) for i in idx}
+        spread = find_spread(self.spread, [g_leaves[i] for i in idx], "SOAP")
 
         def stats(i, g):
             """The factor matrices updated with `g` (in view shape, compute dtype)."""
@@ -305,12 +328,27 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 g = g_leaves[i]
                 gv = views[i].to_view(g.astype(compute_dtype(g.dtype)))
                 precs[i] = stats(i, gv)
-                if precs[i] is not None:
-                    bases[i] = tuple(
-                        None if m is None else eigh_basis(m) for m in precs[i]
-                    )
                 p = p_leaves[i]
                 updates[i] = zeros_like_leaf(g, out_dtype(g, p))
+            # Every factor's eigh at once, spread over the mesh (see `spread`).
+            where = [
+                (i, k)
+                for i in idx
+                if precs[i] is not None
+                for k, m in enumerate(precs[i])
+                if m is not None
+            ]
+            found = spread_map(
+                lambda _, shared, m: eigh_basis(m),
+                [(None, (precs[i][k],)) for i, k in where],
+                spread,
+            )
+            new = {ik: q for ik, q in zip(where, found)}
+            for i in idx:
+                if precs[i] is not None:
+                    bases[i] = tuple(
+                        None if m is None else new[i, k] for k, m in enumerate(precs[i])
+                    )
             return updates, list(mu_l), list(nu_l), precs, bases
 
         def regular(_):
@@ -351,21 +389,53 @@ class SOAP(AbstractOptimizer[SOAPState]):
             def refresh(carry):
                 mus, nus = list(carry[0]), list(carry[1])
                 bases = list(q_l)
+                # Every factor's power iteration and QR at once, spread over the
+                # mesh (see `spread`).
+                where = [
+                    (i, k)
+                    for i in idx
+                    if precs[i] is not None
+                    for k, m in enumerate(precs[i])
+                    if m is not None
+                ]
+                found = spread_map(
+                    lambda _, shared, m, q: qr_power_basis(m, q),
+                    [(None, (precs[i][k], q_l[i][k])) for i, k in where],
+                    spread,
+                )
+                qr = {ik: out for ik, out in zip(where, found)}
                 for i in idx:
                     if precs[i] is None:
                         continue
-                    old = q_l[i]
                     new, v = [], nus[i]
-                    for k, (mat, q) in enumerate(zip(precs[i], old)):
+                    for k, mat in enumerate(precs[i]):
                         if mat is None:
                             new.append(None)
                             continue
-                        q_new, order = qr_power_basis(mat, q)
+                        q_new, order = qr[i, k]
                         v = jnp.take(v, order, axis=k)
                         new.append(q_new)
                     bases[i] = tuple(new)
-                    mus[i] = project(project_back(mus[i], old), bases[i])
                     nus[i] = v
+                # The momentum, from the old bases into the new ones (spread too).
+                rotate = [i for i in idx if precs[i] is not None]
+                rotated = spread_map(
+                    _rotate,
+                    [
+                        (
+                            tuple(q is not None for q in q_l[i]),
+                            (
+                                mus[i],
+                                *(q for q in q_l[i] if q is not None),
+                                *(q for q in bases[i] if q is not None),
+                            ),
+                        )
+                        for i in rotate
+                    ],
+                    spread,
+                )
+                for i, m in zip(rotate, rotated):
+                    mus[i] = m
                 return mus, nus, bases
 
             def keep(carry):
@@ -381,6 +451,10 @@ class SOAP(AbstractOptimizer[SOAPState]):
             return updates, mus, nus, precs, bases
 
         updates, mus, nus, precs, bases = jax.lax.cond(count == 0, first, regular, None)
+        # Factor matrices and bases replicated over the params' mesh, as
+        # `state_shardings` predicts (XLA would otherwise pick their shardings).
+        mesh = mesh_of([g_leaves[i] for i in idx])
+        precs, bases = replicate((precs, bases), mesh)
         unflatten = lambda xs: jtu.tree_unflatten(treedef, xs)
         return unflatten(updates), SOAPState(
             increment(count),
@@ -418,4 +492,9 @@ SOAP.__init__.__doc__ = r"""**Arguments:**
     else the param's. The reference uses float32: pass `jnp.float32` for float16 or
     bfloat16 params. (Static.)
 - `state_dtype`: dtype of the moments; default the param's. (Static.)
+- `spread`: under `jit` with params on a mesh, how the devices share the per-matrix
+    work (eigh, QR and the momentum's rotation): `True` (default) stacks same-shape
+    matrices and splits the stacks over every mesh axis (each device computes its
+    share, the results are all-gathered); a mesh axis name or a tuple of names uses
+    those axes; `False` repeats the work on every device. (Static.)
 """
