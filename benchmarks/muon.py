@@ -70,7 +70,9 @@ def make_step(opt, context=None):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="a small tree (CI)")
     parser.add_argument("--blocks", type=int, default=None)
     parser.add_argument("--width", type=int, default=None)
@@ -105,10 +107,11 @@ def main():
     compiled = {}
     runners = {}
 
-    def add(name, fn, args, donate, context=None):
+    def add(name, fn, args, donate, context=None, feed=None):
         c = C.compile_step(fn, args, donate, context)
         compiled[name] = c
-        feed = (lambda a, out: (out[0], out[1], a[2])) if donate else (lambda a, out: a)
+        if feed is None:
+            feed = lambda a, out: (out[0], out[1], a[2])
         runners[name] = C.Runner(c.compiled, args, feed)
 
     coeffs = ours.init(params).ns_coeffs  # for "NS only" (the states are donated)
@@ -161,14 +164,23 @@ def main():
     matrices = {k: g for k, g in grads.items() if g.ndim == 2}
 
     def ns_only(matrices, coeffs):
-        mats = [
+        mats: list = [
             muon_module._as_matrix(True, g, k) for k, g in matrices.items()
         ]  # the (out, in) view Muon uses
-        return muon_module._orthogonalize(
-            list(matrices.values()), mats, coeffs, ours.eps, None
-        )
+        outputs = muon_module._orthogonalize(
+            list(matrices.values()), mats, coeffs, ours.eps, None, None
+        )  # ns_dtype, spread: the defaults
+        return dict(zip(matrices, outputs))
 
-    add("NS only", ns_only, (matrices, coeffs), ())
+    # Its outputs (orthogonal matrices, which cost the same) are its next inputs: the
+    # runner blocks on its arguments, so they must depend on the previous call.
+    add(
+        "NS only",
+        ns_only,
+        (matrices, coeffs),
+        (),
+        feed=lambda a, out: (out, a[1]),
+    )
 
     for name, c in compiled.items():
         if c.unusable_donations:
