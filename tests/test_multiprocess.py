@@ -25,10 +25,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "_multiprocess_worker.py"
 # Two groups, each trained by its own processes: the first is what every training
-# loop uses; the matrix preconditioners compile more (about 40 CPU-seconds a process).
+# loop uses; the matrix preconditioners compile more (measured on a busy 2-core
+# machine, CPU-seconds of the 2 training processes together, then of the reference
+# process: SOAP, Kron and NorMuon 56 and 32, Shampoo 36 and 17; see the worker for
+# Shampoo's settings).
 OPTIMIZER_GROUPS = {
     "first_order": ("AdamW", "Muon", "MultiSteps"),
-    "matrix": ("SOAP", "Kron", "NorMuon"),
+    "matrix": ("SOAP", "Shampoo", "Kron", "NorMuon"),
 }
 # SOAP's first eigenbasis comes from `eigh` of rank-deficient statistics (a gradient
 # of rank <= batch size): within the null space any basis is valid, so float32
@@ -59,6 +62,11 @@ def _env(devices: int) -> dict[str, str]:
         "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
     )
     env["JAX_PLATFORMS"] = "cpu"
+    # LAPACK (SOAP's `eigh` and QR) runs on scipy's OpenBLAS, whose threads spin-wait:
+    # with two processes and XLA's own thread pools on 2 cores, one thread is faster
+    # (benchmarks/matrix.py measured `eigh` of a 448x448 matrix at 5 s with OpenBLAS's
+    # threads on a busy machine, 50 ms with one).
+    env["OPENBLAS_NUM_THREADS"] = "1"
     env.pop("JAX_ENABLE_X64", None)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
