@@ -30,6 +30,9 @@ def test_benchmark_quick(script, tmp_path):
     if script.name == "update.py":
         args += ["--json", str(tmp_path / "update.json"), "--plot"]
         args += ["--plot-dir", str(tmp_path)]
+    if script.name == "lm.py":
+        args += ["--json", str(tmp_path / "lm.json"), "--plot"]
+        args += ["--plot-path", str(tmp_path / "bench_lm.png")]
     result = subprocess.run(
         args, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600
     )
@@ -44,6 +47,27 @@ def test_benchmark_quick(script, tmp_path):
             assert run["ours"]["memory"]["peak"] > 0
         assert (tmp_path / "bench_step_ratio.png").stat().st_size > 0
         assert "Targets" in result.stdout
+    if script.name == "lm.py":
+        results = json.loads((tmp_path / "lm.json").read_text())
+        summary = results["summary"]
+        names = ["adamw", "muon", "normuon", "soap", "shampoo", "kron"]
+        assert list(summary) == names
+        # One learning rate each in quick mode; AdamW learns (the initial loss is
+        # about ln 256 = 5.5 nats per byte) and nothing diverges.
+        assert len(results["runs"]) == len(names)
+        adamw = next(r for r in results["runs"] if r["optimizer"] == "adamw")
+        assert adamw["final"] < adamw["curve"][0][1] - 0.3
+        for name in names:
+            s = summary[name]
+            assert 0 < s["final"] < 8 and s["step_ms"] > 0
+            assert s["state_bytes"] > 0
+        # State sizes follow from the algorithms: Muon keeps one buffer per hidden
+        # matrix where AdamW keeps two; SOAP adds factors and bases to AdamW's two.
+        assert summary["adamw"]["state_ratio"] == 1
+        assert summary["muon"]["state_ratio"] < 1 < summary["soap"]["state_ratio"]
+        assert results["muon_eqxopt_over_optax"] > 0
+        assert "steps to AdamW's loss" in result.stdout
+        assert (tmp_path / "bench_lm.png").stat().st_size > 0
 
 
 def test_param_sized_copies_finds_copies():
