@@ -1,6 +1,5 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
-import math
 import sys
 import types
 from collections.abc import Callable
@@ -153,6 +152,23 @@ class _Carry(eqx.Module):
 _MAX_NO_DECREASE = 5
 
 
+class _Loss(eqx.Module):
+    """`fn` with the static part of `y` and `args`: `y -> fn(combine(y), args)`."""
+
+    fn: Callable
+    y_static: PyTree
+    args: PyTree
+
+
+def _loss_impl(static, dynamic, y):
+    treedef, leaves, has_aux = static
+    loss: _Loss = eqx.combine(dynamic, jtu.tree_unflatten(treedef, leaves))
+    return _split(loss.fn, has_aux)(eqx.combine(y, loss.y_static), loss.args)
+
+
+_loss_jit = jax.jit(_loss_impl, static_argnums=0)
+
+
 class _Problem(eqx.Module):
     """Everything a step needs, the traced parts included: the loss, the optimizer,
     the static part of `y`, `args` and the bounds (full trees, or `None`)."""
@@ -170,7 +186,18 @@ class _Problem(eqx.Module):
         return isinstance(self.optimizer, LBFGSB)
 
     def loss_and_aux(self, y, has_aux):
-        return _split(self.fn, has_aux)(eqx.combine(y, self.y_static), self.args)
+        """`(loss, aux)` at `y`. Through one cached `jax.jit` of `fn`, so that `fn` is
+        traced once per solve: the evaluation at `y0`, the line search's and the
+        implicit adjoint's all reuse that trace (and its derivatives)."""
+        loss = _Loss(self.fn, self.y_static, self.args)
+        dynamic, static = eqx.partition(loss, eqx.is_array)
+        leaves, treedef = jtu.tree_flatten(static)
+        key = (treedef, tuple(leaves), has_aux)
+        try:
+            hash(key)
+        except TypeError:  # unhashable non-array leaves: no cache
+            return _loss_impl(key, dynamic, y)
+        return _loss_jit(key, dynamic, y)
 
     def value_and_grad(self, y, has_aux):
         """`((loss, aux), grad)` at `y`, the gradient in the updates' convention."""
@@ -304,13 +331,6 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
     return _step_jit(key, dynamic, carry)
 
 
-def _chunk_size(max_steps):
-    """Steps per chunk of the solve loop: about `sqrt(max_steps)`, so that both the
-    number of chunks (each chunk left after convergence costs one test of its loop
-    condition) and the length of the inner loops stay small."""
-    return max(1, math.isqrt(max(max_steps - 1, 0)) + 1)
-
-
 def _primal(inputs):
     """The solve: `inputs -> (y, residual)`. A global function (implicit_jvp needs
     one); everything it uses comes in through `inputs`."""
@@ -324,39 +344,21 @@ def _primal(inputs):
     if bar is not None:
         jax.debug.callback(bar.start, ordered=True)
 
-    # The `max_steps` iterations run as `num_chunks` chunks of up to `chunk` steps: a
-    # scan over the chunks, each a bounded loop that stops as soon as the solve does.
-    # So an iteration after convergence costs nothing (a whole chunk costs one test),
-    # with no conditional (XLA would copy the whole carry through it) and no nested
-    # loop per step. Both loops are checkpointed, so reverse-mode differentiable.
-    chunk = _chunk_size(max_steps)
-    num_chunks = -(-max_steps // chunk)
+    # The `max_steps` iterations run as one bounded, checkpointed loop (so reverse-mode
+    # differentiable) that stops as soon as the solve does: an iteration after
+    # convergence costs nothing, with no conditional (XLA would copy the whole carry
+    # through it). The history is a write-only buffer of the loop.
+    def cond(c):
+        j, carry, _ = c
+        return ~carry.stop & (j < max_steps)
 
-    def chunk_body(carry: _Carry, start):
-        def cond(c):
-            j, carry, _ = c
-            return ~carry.stop & (j < jnp.minimum(chunk, max_steps - start))
-
-        def body(c):
-            j, carry, history = c
-            f = carry.f
-            carry = _step(problem, options, bar, carry)
-            # A failed line search returns a zero step: that step is not applied.
-            history = history.at[j].set(
-                jnp.where(carry.failed, jnp.nan, f).astype(f.dtype)
-            )
-            return j + 1, carry, history
-
-        history = jnp.full((chunk,), jnp.nan, carry.f.dtype)
-        _, carry, history = eqxi.while_loop(
-            cond,
-            body,
-            (jnp.zeros((), jnp.int32), carry, history),
-            max_steps=chunk,
-            buffers=lambda c: c[2],
-            kind="checkpointed",
-        )
-        return carry, history
+    def body(c):
+        j, carry, history = c
+        f = carry.f
+        carry = _step(problem, options, bar, carry)
+        # A failed line search returns a zero step: that step is not applied.
+        history = history.at[j].set(jnp.where(carry.failed, jnp.nan, f).astype(f.dtype))
+        return j + 1, carry, history
 
     int32 = lambda n: jnp.asarray(n, jnp.int32)
     false = jnp.zeros((), bool)
@@ -365,11 +367,15 @@ def _primal(inputs):
         y0, state0, f0, g0, aux0, int32(0), int32(1), false, false, int32(0), stop0
     )
     if max_steps > 0:
-        starts = jnp.arange(num_chunks, dtype=jnp.int32) * chunk
-        carry, history = eqxi.scan(
-            chunk_body, carry, xs=starts, length=num_chunks, kind="checkpointed"
+        history = jnp.full((max_steps,), jnp.nan, f0.dtype)
+        _, carry, history = eqxi.while_loop(
+            cond,
+            body,
+            (jnp.zeros((), jnp.int32), carry, history),
+            max_steps=max_steps,
+            buffers=lambda c: c[2],
+            kind="checkpointed",
         )
-        history = history.reshape(-1)[:max_steps]
     else:
         history = jnp.zeros((0,), f0.dtype)
     y, f, g, aux = carry.y, carry.f, carry.g, carry.aux
@@ -547,20 +553,18 @@ def minimize(
     search's last evaluation, so a step costs one evaluation when the first trial step
     is accepted.
 
-    The loop is one `equinox.internal.scan` of `max_steps` iterations (checkpointed,
-    so reverse-mode differentiable), run in about $\sqrt{\text{max\_steps}}$ chunks:
-    the scan is over the chunks, and each chunk is a bounded, checkpointed loop of up to
-    $\sqrt{\text{max\_steps}}$ iterations. It stops when
+    The loop is one bounded `equinox.internal.while_loop` of at most `max_steps`
+    iterations (checkpointed, so reverse-mode differentiable). It stops when
 
     $$\max_i |\nabla_y f(y, \text{args})_i| \le \text{atol} + \text{rtol}\,|f(y,
       \text{args})|$$
 
-    at the current point; the remaining iterations are skipped at (almost) no cost: the
-    chunk's loop exits, and each later chunk costs one test of its loop condition (no
+    at the current point; the remaining iterations cost nothing (the loop exits; no
     `lax.cond`, through which XLA would copy the whole state). It is compiled once per
     `fn`, optimizer structure and input shapes (as `equinox.filter_jit`: arrays
     traced, everything else static), with XLA's older CPU fusion emitters, which
-    compile this loop of small kernels about twice as fast.
+    compile this loop of small kernels about twice as fast; `fn` is traced once per
+    compilation (the evaluations at `y0` and in the line search share the trace).
 
     **Arguments:**
 

@@ -216,3 +216,33 @@ def test_backtracking_lbfgs_converges():
         lambda y, args: rosenbrock(y), opt, jnp.array([-1.2, 1.0]), max_steps=300
     )
     assert jnp.allclose(sol.value, 1.0, atol=1e-5)
+
+
+def _optimistix_rosenbrock(y, args):
+    """optimistix's least-squares Rosenbrock (its tests/helpers.py, `rosenbrock`), as
+    the sum of squares of its residuals."""
+    residuals = (100 * (y[1:] - y[:-1]), args - y[:-1])
+    return sum(jnp.sum(r**2) for r in residuals)
+
+
+def test_first_step_into_a_steep_valley_is_cheap():
+    # From [1.5, 1.5] the gradient is [1, 0] and the unit first step overshoots the
+    # minimiser along it (t* = 1/20002) by four orders of magnitude. The zoom clamps its
+    # interpolated trial into the bracket (each trial shrinks the bracket 20-fold)
+    # instead of falling back to bisection: 5 evaluations, not 12 (as of issue 16, 8c,
+    # the solve took 26 evaluations; scipy's L-BFGS-B takes 11).
+    y0, args = jnp.array([1.5, 1.5]), jnp.asarray(1.0)
+    opt = eqxopt.LBFGS()
+    value, grad = jax.value_and_grad(_optimistix_rosenbrock)(y0, args)
+    _, state = opt.update(
+        grad,
+        opt.init(y0),
+        y0,
+        value=value,
+        value_fn=lambda y: _optimistix_rosenbrock(y, args),
+    )
+    assert state.linesearch_state.result == eqxopt.LineSearchResult.successful
+    assert int(state.linesearch_state.num_evals) == 5
+    sol = eqxopt.minimize(_optimistix_rosenbrock, opt, y0, args)
+    assert jnp.allclose(sol.value, 1.0)
+    assert int(sol.stats["num_steps"]) == 3 and int(sol.stats["num_fevals"]) == 19

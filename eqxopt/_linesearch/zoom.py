@@ -2,6 +2,7 @@
 
 import equinox as eqx
 import equinox.internal as eqxi
+import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -90,6 +91,14 @@ def tree_select(pred, a, b):
     )
 
 
+def _where(pred, x, value, invert=False):
+    """`jnp.where(pred, x, value)` (`invert`: `jnp.where(pred, value, x)`) for a scalar
+    `x` and a Python number `value`, as one `select` (`jnp.where` traces a nested
+    `jit` per call: tracing and lowering time)."""
+    const = lax.full_like(x, value)
+    return lax.select(pred, const, x) if invert else lax.select(pred, x, const)
+
+
 def _cubicmin(a, fa, fpa, b, fb, c, fc):
     """Minimiser of the cubic through `(a, fa)` with slope `fpa`, `(b, fb)`, `(c, fc)`;
     NaN when it does not exist. (As scipy's and Optax's; NaN-safe under autodiff.)"""
@@ -98,16 +107,16 @@ def _cubicmin(a, fa, fpa, b, fb, c, fc):
     dc = c - a
     denom = (db * dc) ** 2 * (db - dc)
     ok = denom != 0
-    denom = jnp.where(ok, denom, 1)
+    denom = _where(ok, denom, 1)
     x1 = fb - fa - C * db
     x2 = fc - fa - C * dc
     A = (dc**2 * x1 - db**2 * x2) / denom
     B = (-(dc**3) * x1 + db**3 * x2) / denom
     radical = B * B - 3 * A * C
     ok = ok & (radical >= 0) & (A != 0) & jnp.isfinite(radical)
-    root = jnp.sqrt(jnp.where(ok, radical, 0))
-    xmin = a + (-B + root) / (3 * jnp.where(ok, A, 1))
-    return jnp.where(ok, xmin, jnp.nan)
+    root = jnp.sqrt(_where(ok, radical, 0))
+    xmin = a + (-B + root) / (3 * _where(ok, A, 1))
+    return _where(ok, xmin, jnp.nan)
 
 
 def _hermitemin(a, fa, fpa, b, fb, fpb):
@@ -115,14 +124,14 @@ def _hermitemin(a, fa, fpa, b, fb, fpb):
     `b` (Nocedal & Wright, eq. 3.59); NaN when it does not exist."""
     diff = a - b
     ok = diff != 0
-    d1 = fpa + fpb - 3 * (fa - fb) / jnp.where(ok, diff, 1)
+    d1 = fpa + fpb - 3 * (fa - fb) / _where(ok, diff, 1)
     radical = d1 * d1 - fpa * fpb
     ok = ok & (radical >= 0) & jnp.isfinite(radical)
-    d2 = jnp.sign(b - a) * jnp.sqrt(jnp.where(ok, radical, 0))
+    d2 = jnp.sign(b - a) * jnp.sqrt(_where(ok, radical, 0))
     denom = fpb - fpa + 2 * d2
     ok = ok & (denom != 0)
-    xmin = b - (b - a) * (fpb + d2 - d1) / jnp.where(ok, denom, 1)
-    return jnp.where(ok, xmin, jnp.nan)
+    xmin = b - (b - a) * (fpb + d2 - d1) / _where(ok, denom, 1)
+    return _where(ok, xmin, jnp.nan)
 
 
 def _quadmin(a, fa, fpa, b, fb):
@@ -130,11 +139,11 @@ def _quadmin(a, fa, fpa, b, fb):
     NaN when it does not exist."""
     db = b - a
     ok = db != 0
-    db = jnp.where(ok, db, 1)
+    db = _where(ok, db, 1)
     B = (fb - fa - fpa * db) / db**2
     ok = ok & (B != 0) & jnp.isfinite(B)
-    xmin = a - fpa / (2 * jnp.where(ok, B, 1))
-    return jnp.where(ok, xmin, jnp.nan)
+    xmin = a - fpa / (2 * _where(ok, B, 1))
+    return _where(ok, xmin, jnp.nan)
 
 
 # The loop's scalars live in one packed vector, so that XLA computes each iteration's
@@ -146,8 +155,13 @@ _FIELDS = (
 _INDEX = {name: k for k, name in enumerate(_FIELDS)}
 
 
-def _unpack(v):
-    return {name: v[k] for k, name in enumerate(_FIELDS)}
+def _field(v, name):
+    # A static slice (plain `v[k]` goes through NumPy-style indexing: slower to trace).
+    return lax.index_in_dim(v, _INDEX[name], keepdims=False)
+
+
+def _unpack(v, names=_FIELDS):
+    return {name: _field(v, name) for name in names}
 
 
 def _pack(d, dtype):
@@ -312,13 +326,13 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 approx = s - (2 * c1 - 1) * s0
                 near = f - f0 - eps * jnp.abs(f0)
                 noisy = c1 * jnp.abs(t * s0) <= eps * jnp.abs(f0)
-                decrease = jnp.where(
+                decrease = _select(
                     noisy, jnp.minimum(jnp.maximum(approx, near), decrease), decrease
                 )
             decrease = jnp.maximum(decrease, 0)
-            decrease = jnp.where(jnp.isnan(decrease), jnp.inf, decrease)
+            decrease = _where(jnp.isnan(decrease), decrease, jnp.inf, invert=True)
             curvature = jnp.maximum(jnp.abs(s) - c2 * jnp.abs(s0), 0)
-            curvature = jnp.where(jnp.isnan(curvature), jnp.inf, curvature)
+            curvature = _where(jnp.isnan(curvature), curvature, jnp.inf, invert=True)
             return decrease, jnp.maximum(decrease, curvature)
 
         start_ok = jnp.isfinite(f0) & jnp.isfinite(s0) & (s0 < 0)
@@ -368,13 +382,13 @@ class Zoom(AbstractLineSearch[ZoomState]):
             # than rejected, so a minimiser near an end shrinks the interval 20-fold,
             # not 2-fold. This saves evaluations over Optax's choices above.
             herm = _hermitemin(lo, c["f_lo"], c["s_lo"], hi, c["f_hi"], c["s_hi"])
-            use_herm = (herm > left + 0.05 * delta) & (herm < right - 0.05 * delta)
-            middle = _select(use_herm, herm, middle)
+            herm = jnp.clip(herm, left + 0.05 * delta, right - 0.05 * delta)
+            middle = _select(jnp.isfinite(herm), herm, middle)
             return _select(c["bracketed"] > 0, middle, t_bracket)
 
         def cond(carry):
-            c = _unpack(carry[0])
-            return (c["done"] == 0) & (c["failed"] == 0)
+            v = carry[0]
+            return (_field(v, "done") == 0) & (_field(v, "failed") == 0)
 
         def body(carry):
             v, ret_g = carry
@@ -457,16 +471,22 @@ class Zoom(AbstractLineSearch[ZoomState]):
             ret_g = tree_select(done | take_safe, g, ret_g)
             return _pack(new, dtype), ret_g
 
+        # The body as one `jit`: the checkpointed loop traces it once (its closure
+        # conversion) and then re-binds one call, not the body's hundreds of primitives.
         v, ret_g = eqxi.while_loop(
-            cond, body, (init, grad), max_steps=self.max_steps, kind="checkpointed"
+            cond,
+            jax.jit(body),
+            (init, grad),
+            max_steps=self.max_steps,
+            kind="checkpointed",
         )
-        c = _unpack(v)
+        c = _unpack(v, ("t", "f", "err", "safe_t", "safe_f", "done", "nonfinite", "i"))
         done = c["done"] > 0
         wolfe = done & (c["err"] <= 0)
         use_safe = ~done & (c["safe_t"] > 0)
         failed = ~done & ~use_safe
-        step = jnp.where(done, c["t"], jnp.where(use_safe, c["safe_t"], zero))
-        new_value = jnp.where(done, c["f"], jnp.where(use_safe, c["safe_f"], f0))
+        step = _select(done, c["t"], _select(use_safe, c["safe_t"], zero))
+        new_value = _select(done, c["f"], _select(use_safe, c["safe_f"], f0))
         R = LineSearchResult
         result = R.where(
             wolfe,
