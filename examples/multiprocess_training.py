@@ -59,7 +59,13 @@ def launch_locally(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.checkpoint or os.path.join(tmp, "checkpoint")
         env = dict(os.environ, JAX_PLATFORMS="cpu")
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={args.cpu_devices}"
+        flags = [  # keep the caller's other XLA flags
+            flag
+            for flag in os.environ.get("XLA_FLAGS", "").split()
+            if not flag.startswith("--xla_force_host_platform_device_count")
+        ]
+        flags.append(f"--xla_force_host_platform_device_count={args.cpu_devices}")
+        env["XLA_FLAGS"] = " ".join(flags)
         procs = [
             subprocess.Popen(
                 [

@@ -10,6 +10,10 @@ _flags = (
     "--xla_backend_optimization_level=0",
     "--xla_llvm_disable_expensive_passes=true",
 )
+# LAPACK (`eigh`, QR: SOAP, Shampoo, the reference transcriptions) runs on scipy's
+# OpenBLAS, whose threads spin-wait: with two test workers on two cores, one thread
+# each is faster. Set before numpy is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 for _flag in _flags:
     _set = os.environ.get("XLA_FLAGS", "")
     if _flag.split("=")[0] not in _set:
@@ -31,3 +35,22 @@ jax.config.update("jax_numpy_dtype_promotion", "strict")
 def getkey():
     keys = iter(jr.split(jr.key(5678), 10_000))
     return lambda: next(keys)
+
+
+# Scheduling: the tests that run scripts in subprocesses take 10-90 s each. They run
+# first (pytest-xdist hands out tests in order, alternating between the workers), so
+# that the other tests fill in around them instead of one worker finishing alone.
+_SLOW_FIRST = (
+    "test_multiprocess.py",
+    "test_benchmarks.py",
+    "test_no_x64.py",
+    "test_examples.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        name = item.path.name
+        return _SLOW_FIRST.index(name) if name in _SLOW_FIRST else len(_SLOW_FIRST)
+
+    items.sort(key=rank)  # stable: the order within each rank is kept

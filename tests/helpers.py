@@ -1,6 +1,7 @@
 """Shared test helpers and THE registry of optimizers (from tests/registry/)."""
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -130,3 +131,23 @@ def case_grads(case: Case, params, key, dtype=None):
 
 def case_extra(case: Case, params) -> dict:
     return {} if case.extra is None else case.extra(params)
+
+
+def subprocess_env(devices: int | None = None) -> dict[str, str]:
+    """The environment of a script the suite runs in a subprocess (an example, a
+    benchmark's `--quick` mode, a multi-process worker): the suite's cheap CPU code
+    generation (it leaves numerics unchanged; see conftest.py), `devices` host CPU
+    devices (default: JAX's, one), one OpenBLAS thread, x64 off, matplotlib's Agg."""
+    env = dict(os.environ, MPLBACKEND="Agg", JAX_PLATFORMS="cpu")
+    env["OPENBLAS_NUM_THREADS"] = "1"
+    flags = [
+        flag
+        for flag in env.get("XLA_FLAGS", "").split()
+        if not flag.startswith("--xla_force_host_platform_device_count")
+    ]
+    if devices is not None:
+        flags.append(f"--xla_force_host_platform_device_count={devices}")
+    env["XLA_FLAGS"] = " ".join(flags)
+    env.pop("JAX_ENABLE_X64", None)
+    env.pop("EQXOPT_CHECK_STATE", None)
+    return env

@@ -3,25 +3,19 @@ the figures are benchmark results, not tests), and the helpers its reports rest 
 find what they should."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
 
+from .helpers import subprocess_env
+
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPTS = sorted(
     p for p in (ROOT / "benchmarks").glob("*.py") if not p.name.startswith("_")
 )
-
-
-def _env():
-    env = dict(os.environ, MPLBACKEND="Agg")
-    env.pop("XLA_FLAGS", None)  # not the test suite's 8 fake devices
-    env.pop("EQXOPT_CHECK_STATE", None)
-    return env
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -34,7 +28,12 @@ def test_benchmark_quick(script, tmp_path):
         args += ["--json", str(tmp_path / "lm.json"), "--plot"]
         args += ["--plot-path", str(tmp_path / "bench_lm.png")]
     result = subprocess.run(
-        args, cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600
+        args,
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     if script.name == "update.py":

@@ -1,11 +1,12 @@
 """Every example in examples/ runs (with --quick where it has one)."""
 
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+
+from .helpers import subprocess_env
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -20,9 +21,12 @@ def test_example_runs(example, tmp_path):
         args.append("--quick")
     if "--out" in text:
         args += ["--out", str(tmp_path / (example.stem + ".png"))]
-    env = dict(os.environ, MPLBACKEND="Agg")
-    env.pop("XLA_FLAGS", None)  # examples set what they need
     result = subprocess.run(
-        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+        args,
+        cwd=tmp_path,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

@@ -21,6 +21,8 @@ import time
 import numpy as np
 import pytest
 
+from .helpers import subprocess_env
+
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "_multiprocess_worker.py"
@@ -54,20 +56,7 @@ def _free_port() -> int:
 
 
 def _env(devices: int) -> dict[str, str]:
-    env = dict(os.environ)
-    # The children get their own device count (this suite sets 8 in conftest.py), and
-    # the same cheap CPU code generation as the suite (it leaves numerics unchanged).
-    env["XLA_FLAGS"] = (
-        f"--xla_force_host_platform_device_count={devices} "
-        "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-    )
-    env["JAX_PLATFORMS"] = "cpu"
-    # LAPACK (SOAP's `eigh` and QR) runs on scipy's OpenBLAS, whose threads spin-wait:
-    # with two processes and XLA's own thread pools on 2 cores, one thread is faster
-    # (benchmarks/matrix.py measured `eigh` of a 448x448 matrix at 5 s with OpenBLAS's
-    # threads on a busy machine, 50 ms with one).
-    env["OPENBLAS_NUM_THREADS"] = "1"
-    env.pop("JAX_ENABLE_X64", None)
+    env = subprocess_env(devices)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
