@@ -26,14 +26,15 @@ from .helpers import subprocess_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "_multiprocess_worker.py"
-# Two groups, each trained by its own processes: the first is what every training
-# loop uses; the matrix preconditioners compile more (measured on a busy 2-core
-# machine, CPU-seconds of the 2 training processes together, then of the reference
-# process: SOAP, Kron and NorMuon 56 and 32, Shampoo 36 and 17; see the worker for
-# Shampoo's settings).
+# Groups, each trained by its own processes (so that the test workers share them):
+# the first is what every training loop uses; the matrix preconditioners compile more
+# (measured on a busy 2-core machine, CPU-seconds of the 2 training processes
+# together, then of the reference process: SOAP, Kron and NorMuon 56 and 32, Shampoo
+# 36 and 17; see the worker for Shampoo's settings), so they come in two groups.
 OPTIMIZER_GROUPS = {
     "first_order": ("AdamW", "Muon", "MultiSteps"),
-    "matrix": ("SOAP", "Shampoo", "Kron", "NorMuon"),
+    "soap_shampoo": ("SOAP", "Shampoo"),
+    "kron_normuon": ("Kron", "NorMuon"),
 }
 # SOAP's first eigenbasis comes from `eigh` of rank-deficient statistics (a gradient
 # of rank <= batch size): within the null space any basis is valid, so float32
@@ -157,10 +158,8 @@ def _assert_close(got, want):
             np.testing.assert_array_equal(g, w, err_msg=path, strict=True)
 
 
-@pytest.mark.parametrize(
-    "group",
-    ["first_order", pytest.param("matrix", marks=pytest.mark.slow)],
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("group", list(OPTIMIZER_GROUPS))
 def test_two_processes_train_and_checkpoint_like_one(group, tmp_path):
     pytest.importorskip("orbax.checkpoint")
     # One test per group of optimizers, not per optimizer: the processes train the
