@@ -361,6 +361,21 @@ def random_array(key, shape, dtype=jnp.float32):
     return jax.random.normal(key, shape, jnp.float32).astype(dtype)
 
 
+def params_and_grads(shapes: dict[str, tuple[int, ...]]):
+    """Random float32 params (each matrix scaled by 1/sqrt(fan-in)) and grads of these
+    shapes."""
+    keys = jax.random.split(jax.random.key(0), 2 * len(shapes))
+    params = {
+        k: random_array(keys[i], s) / (s[-1] ** 0.5)
+        for i, (k, s) in enumerate(shapes.items())
+    }
+    grads = {
+        k: random_array(keys[len(shapes) + i], s)
+        for i, (k, s) in enumerate(shapes.items())
+    }
+    return params, grads
+
+
 def fresh_copy(tree):
     """A copy of every array of `tree` in new buffers (each donating runner needs its
     own params and state)."""

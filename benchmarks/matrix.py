@@ -131,15 +131,7 @@ def parse_size(text: str) -> int:
 
 def run_size(n_params, args):
     shapes = C.transformer_shapes(n_params, args.layers)
-    keys = jax.random.split(jax.random.key(0), 2 * len(shapes))
-    params = {
-        k: C.random_array(keys[i], s) / (s[-1] ** 0.5)
-        for i, (k, s) in enumerate(shapes.items())
-    }
-    grads = {
-        k: C.random_array(keys[len(shapes) + i], s)
-        for i, (k, s) in enumerate(shapes.items())
-    }
+    params, grads = C.params_and_grads(shapes)
     n_matrices = sum(len(s) == 2 for s in shapes.values())
     d = shapes["layer0.attn.out.weight"][0]
     print(

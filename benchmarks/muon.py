@@ -84,15 +84,7 @@ def main():
 
     print(C.machine_line(C.machine_info()))
     shapes = tree_shapes(blocks, width)
-    keys = jax.random.split(jax.random.key(0), 2 * len(shapes))
-    params = {
-        k: C.random_array(keys[i], s) / (s[-1] ** 0.5)
-        for i, (k, s) in enumerate(shapes.items())
-    }
-    grads = {
-        k: C.random_array(keys[len(shapes) + i], s)
-        for i, (k, s) in enumerate(shapes.items())
-    }
+    params, grads = C.params_and_grads(shapes)
     n_matrices = sum(len(s) == 2 for s in shapes.values())
     print(
         f"tree: {blocks} blocks at d={width}: {n_matrices} matrices, "

@@ -51,12 +51,16 @@ def _optimizers():
         # of the 8 devices (the statistics are replicated): 340 s of training for
         # Shampoo alone on 2 shared cores. Blocks of 16 keep every factor at most
         # 16x16 (0.01 s per refresh) and put the block partition on sharded params.
+        # `spread=False`: with the roots spread over the mesh (a batched while loop
+        # whose batch is sharded across both processes), 1 of 3 runs on a busy 2-core
+        # machine hung in a training step (an open defect, not yet understood).
         "Shampoo": eqxopt.Shampoo(
             1e-2,
             block_size=16,
             start_preconditioning_step=2,
             preconditioning_compute_steps=2,
             best_effort_shape_interpretation=False,
+            spread=False,
         ),
         "Kron": eqxopt.Kron(1e-2, preconditioner_update_probability=1.0),
         "NorMuon": eqxopt.NorMuon(1e-2),

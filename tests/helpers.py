@@ -3,6 +3,8 @@
 import importlib
 import os
 import pkgutil
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -151,3 +153,18 @@ def subprocess_env(devices: int | None = None) -> dict[str, str]:
     env.pop("JAX_ENABLE_X64", None)
     env.pop("EQXOPT_CHECK_STATE", None)
     return env
+
+
+def run_script(args, cwd, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run a Python script (`args`: its path and arguments) in a subprocess with
+    `subprocess_env()`; fails with the end of its output unless it exits 0."""
+    result = subprocess.run(
+        [sys.executable, *map(str, args)],
+        cwd=cwd,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result

@@ -4,12 +4,11 @@ find what they should."""
 
 import json
 import pathlib
-import subprocess
 import sys
 
 import pytest
 
-from .helpers import subprocess_env
+from .helpers import run_script
 
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -20,22 +19,14 @@ SCRIPTS = sorted(
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_benchmark_quick(script, tmp_path):
-    args = [sys.executable, str(script), "--quick"]
+    args = [script, "--quick"]
     if script.name == "update.py":
         args += ["--json", str(tmp_path / "update.json"), "--plot"]
         args += ["--plot-dir", str(tmp_path)]
     if script.name == "lm.py":
         args += ["--json", str(tmp_path / "lm.json"), "--plot"]
         args += ["--plot-path", str(tmp_path / "bench_lm.png")]
-    result = subprocess.run(
-        args,
-        cwd=tmp_path,
-        env=subprocess_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    result = run_script(args, cwd=tmp_path)
     if script.name == "update.py":
         results = json.loads((tmp_path / "update.json").read_text())
         entries = results["sizes"]["1M"]["entries"]

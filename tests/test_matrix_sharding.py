@@ -14,8 +14,9 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import eqxopt
 
+from .test_sharding import _mesh, FAST_COMPILE, N
 
-N = 8
+
 LEAVES = 8
 SIZE = 16
 
@@ -37,16 +38,6 @@ OPTIMIZERS = {
     "Muon": lambda **kw: eqxopt.Muon(2e-2, **kw),
     "NorMuon": lambda **kw: eqxopt.NorMuon(2e-2, **kw),
 }
-
-FAST_COMPILE = {
-    "xla_backend_optimization_level": 0,
-    "xla_llvm_disable_expensive_passes": True,
-}
-
-
-def _mesh(axis_type=AxisType.Auto):
-    assert len(jax.devices()) >= N, "tests/conftest.py sets 8 host devices"
-    return jax.make_mesh((N,), ("x",), axis_types=(axis_type,))
 
 
 def _tree(key, leaves=LEAVES, size=SIZE):

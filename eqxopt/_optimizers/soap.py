@@ -88,6 +88,17 @@ def _rotate(flags: tuple[bool, ...], shared, mu: Array, *bases: Array) -> Array:
     return project(project_back(mu, old_bases), new_bases)
 
 
+def _factors(idx, precs) -> list[tuple[int, int]]:
+    """`(leaf, axis)` of every factor matrix among the leaves `idx`."""
+    return [
+        (i, k)
+        for i in idx
+        if precs[i] is not None
+        for k, m in enumerate(precs[i])
+        if m is not None
+    ]
+
+
 def _leaves(tree, treedef):
     return treedef.flatten_up_to(tree)
 
@@ -331,13 +342,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 p = p_leaves[i]
                 updates[i] = zeros_like_leaf(g, out_dtype(g, p))
             # Every factor's eigh at once, spread over the mesh (see `spread`).
-            where = [
-                (i, k)
-                for i in idx
-                if precs[i] is not None
-                for k, m in enumerate(precs[i])
-                if m is not None
-            ]
+            where = _factors(idx, precs)
             found = spread_map(
                 lambda _, shared, m: eigh_basis(m),
                 [(None, (precs[i][k],)) for i, k in where],
@@ -391,13 +396,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 bases = list(q_l)
                 # Every factor's power iteration and QR at once, spread over the
                 # mesh (see `spread`).
-                where = [
-                    (i, k)
-                    for i in idx
-                    if precs[i] is not None
-                    for k, m in enumerate(precs[i])
-                    if m is not None
-                ]
+                where = _factors(idx, precs)
                 found = spread_map(
                     lambda _, shared, m, q: qr_power_basis(m, q),
                     [(None, (precs[i][k], q_l[i][k])) for i, k in where],
