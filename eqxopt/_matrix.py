@@ -20,7 +20,9 @@ function names are stable (other optimizer modules import them):
 - [`newton_schulz`][]: Muon's quintic Newton-Schulz orthogonalization;
 - [`find_spread`][], [`spread_map`][]: the per-matrix work of different leaves,
     stacked by shape and split over the devices of the params' mesh (the `spread`
-    option of SOAP, Shampoo, Kron, Muon and NorMuon).
+    option of SOAP, Shampoo, Kron, Muon and NorMuon);
+- [`explicit_sharding`][], [`gathered`][], [`take`][]: what ops whose output sharding
+    cannot be inferred need on `Explicit` mesh axes.
 """
 
 import dataclasses
@@ -268,21 +270,56 @@ def gram(x: Array, axis: int) -> Array:
     (`(n, n)` for `n = x.shape[axis]`). Replicated over the mesh when `x` is sharded
     over `Explicit` mesh axes (as the factor matrices `init` builds are)."""
     axes = tuple(a for a in range(x.ndim) if a != axis)
+    sharding = explicit_sharding(x)
+    if sharding is not None:
+        return jax.lax.dot_general(
+            x,
+            x,
+            ((axes, axes), ((), ())),
+            precision=HIGHEST,
+            out_sharding=jax.sharding.NamedSharding(
+                sharding.mesh, jax.sharding.PartitionSpec()
+            ),
+        )
+    return jnp.tensordot(x, x, axes=(axes, axes), precision=HIGHEST)
+
+
+def explicit_sharding(x: Any) -> Any:
+    """`x`'s sharding if `x` is a traced array sharded over `Explicit` mesh axes
+    (sharding in types), else `None`. With `Auto` axes the types carry no sharding
+    and GSPMD places every op itself; with `Explicit` axes an op whose output
+    sharding cannot be inferred (a gather along a sharded axis, a `where` of
+    differently sharded operands) must be given one: the callers pass this one
+    back (`x.at[...].get(out_sharding=...)`, `jax.sharding.reshard`)."""
     sharding = getattr(jax.typeof(x), "sharding", None)
     spec = getattr(sharding, "spec", None)
-    if spec is not None and any(s is not None for s in spec):
-        mesh = getattr(sharding, "mesh")
-        if any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
-            return jax.lax.dot_general(
-                x,
-                x,
-                ((axes, axes), ((), ())),
-                precision=HIGHEST,
-                out_sharding=jax.sharding.NamedSharding(
-                    mesh, jax.sharding.PartitionSpec()
-                ),
-            )
-    return jnp.tensordot(x, x, axes=(axes, axes), precision=HIGHEST)
+    if spec is None or all(s is None for s in spec):
+        return None
+    mesh = getattr(sharding, "mesh")
+    if not any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return None
+    return sharding
+
+
+def gathered(x: Array) -> Array:
+    """`x` replicated over its mesh if it is sharded over `Explicit` mesh axes (see
+    [`explicit_sharding`][]), else `x` unchanged (with `Auto` axes GSPMD decides)."""
+    sharding = explicit_sharding(x)
+    if sharding is None:
+        return x
+    whole = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    return jax.sharding.reshard(x, whole)
+
+
+def take(x: Array, indices: Array, axis: int) -> Array:
+    """`jnp.take(x, indices, axis=axis)` for a permutation `indices`, keeping `x`'s
+    sharding when it is sharded over `Explicit` mesh axes (where a gather along a
+    sharded axis needs an output sharding)."""
+    sharding = explicit_sharding(x)
+    if sharding is None:
+        return jnp.take(x, indices, axis=axis)
+    index = (slice(None),) * axis + (indices,)
+    return x.at[index].get(out_sharding=sharding)
 
 
 # --- eigenbases -----------------------------------------------------------------------
@@ -658,17 +695,17 @@ def spread_map(
     Tasks with the same `static` (hashable) and the same operand shapes and dtypes
     form a group. With a `spread`, each group's operands are stacked along a new
     leading axis, the stack is padded (with copies of its first task) to a multiple of
-    the number of devices, constrained to be split over `spread.axes`, and
-    `jax.vmap(fn)` runs on it: every device computes its share of the tasks. The
-    results are constrained to be replicated (XLA all-gathers them) and unstacked, so
-    each task's results are what `fn` gives it alone (up to the reassociation a
-    batched kernel may do).
+    the number of devices and split over `spread.axes`, and under `jax.shard_map`
+    each device runs `jax.vmap(fn)` on its own share of the tasks: no collective
+    between the split and the results, so a data-dependent loop in `fn` stops on each
+    device's own matrices. The results are then replicated (all-gathered) and
+    unstacked, so each task's results are what `fn` gives it alone (up to the
+    reassociation a batched kernel may do).
 
-    `shared` (a PyTree, e.g. hyperparameters) is passed to every call unbatched. `fn`
-    must take every traced array it uses from its arguments, never from a closure: on
-    a mesh with `Explicit` axes the stacks are computed under
-    `jax.sharding.auto_axes`, where a closed-over array of the outer trace is an
-    error.
+    `shared` (a PyTree, e.g. hyperparameters) is passed to every call unbatched
+    (replicated). `fn` must take every traced array it uses from its arguments, never
+    from a closure: inside the `shard_map` a closed-over array of the outer trace
+    would be every device's whole array, not its share.
 
     `batched=True` says that each operand already has a leading batch axis (of any
     size per task) and that `fn` maps over it itself (Muon's `(batch, m, n)`
@@ -711,7 +748,16 @@ def spread_map(
 
 def _spread_call(call: Callable, shared: Any, stacks: list[Array], spread: Spread):
     """`call(shared, *stacks)` with the stacks' leading axis split over `spread`'s axes
-    and the results replicated."""
+    and the results replicated.
+
+    Each device computes its share under `jax.shard_map` (manual over `spread.axes`):
+    its program holds no collective between the split and the all-gather of the
+    results. In particular a data-dependent loop of `call` (Shampoo's inverse roots, a
+    batched `while_loop`) runs on each device's own matrices with a local predicate.
+    Split by sharding constraints instead, XLA's partitioner makes a batched loop's
+    predicate global: one all-reduce per iteration of every loop, across all devices
+    (and processes), with nothing gained (the vmapped loop keeps each matrix's result
+    its own whichever way the devices agree to stop)."""
     n = stacks[0].shape[0]
     pad = -n % spread.size
     if pad:
@@ -720,50 +766,44 @@ def _spread_call(call: Callable, shared: Any, stacks: list[Array], spread: Sprea
             for s in stacks
         ]
     mesh = spread.mesh
-    explicit = tuple(
-        a
-        for a, t in zip(mesh.axis_names, mesh.axis_types)
-        if t == jax.sharding.AxisType.Explicit
-    )
     P = jax.sharding.PartitionSpec
-    # Python numbers in `shared` stay static; arrays are passed in.
+    NamedSharding = jax.sharding.NamedSharding
+    explicit = any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
+    # Python numbers in `shared` stay static; arrays are passed in, replicated.
     leaves, treedef = jax.tree.flatten(shared)
     dynamic = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)]
 
-    def body(arrays, *stacks, constrain=True):
+    def body(arrays, *stacks):
         full = list(leaves)
         for i, x in zip(dynamic, arrays):
             full[i] = x
-        if not constrain:
-            return call(jax.tree.unflatten(treedef, full), *stacks)
-        # Under `auto_axes` (explicit meshes) the constraints refer to the mesh as it
-        # is inside, with those axes `Auto`.
-        inner = jax.sharding.get_abstract_mesh() if explicit else mesh
-        if not inner.axis_names:
-            inner = mesh
-        split = jax.sharding.NamedSharding(inner, P(spread.axes))
-        whole = jax.sharding.NamedSharding(inner, P())
-        stacks = [jax.lax.with_sharding_constraint(s, split) for s in stacks]
-        out = call(jax.tree.unflatten(treedef, full), *stacks)
-        return jax.tree.map(lambda o: jax.lax.with_sharding_constraint(o, whole), out)
+        return call(jax.tree.unflatten(treedef, full), *stacks)
 
     arrays = [leaves[i] for i in dynamic]
+    split, whole = P(spread.axes), P()
     if explicit:
-        replicated = jax.sharding.NamedSharding(mesh, P())
-        out_shape = jax.eval_shape(
-            functools.partial(body, constrain=False), arrays, *stacks
-        )
-        with jax.sharding.use_abstract_mesh(mesh):
-            out = jax.sharding.auto_axes(
-                body,
-                axes=explicit,
-                out_sharding=jax.tree.map(lambda _: P(), out_shape),
-            )(
-                [jax.sharding.reshard(x, replicated) for x in arrays],
-                *[jax.sharding.reshard(s, replicated) for s in stacks],
-            )
+        # Sharding in types: the operands are given the shardings the `shard_map`
+        # expects (on the mesh's other axes, replicated).
+        arrays = [jax.sharding.reshard(x, NamedSharding(mesh, whole)) for x in arrays]
+        stacks = [jax.sharding.reshard(s, NamedSharding(mesh, split)) for s in stacks]
+    out = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(whole,) + (split,) * len(stacks),
+        out_specs=split,
+        axis_names=frozenset(spread.axes),
+        # `call` is written for any context (its loops start from constants, which
+        # the varying-axes check would have it mark as device-varying); every output
+        # is split, so nothing is claimed replicated that is not.
+        check_vma=False,
+    )(arrays, *stacks)
+    replicated = NamedSharding(mesh, whole)
+    if explicit:
+        out = jax.tree.map(lambda o: jax.sharding.reshard(o, replicated), out)
     else:
-        out = body(arrays, *stacks)
+        out = jax.tree.map(
+            lambda o: jax.lax.with_sharding_constraint(o, replicated), out
+        )
     if pad:
         out = jax.tree.map(lambda o: o[:n], out)
     return out

@@ -143,25 +143,33 @@ def test_each_device_does_an_eighth_of_the_matrix_work(name, getkey):
         )
 
 
-# SOAP and Shampoo do not run on `Explicit` axes yet, for reasons outside the
-# spreading: SOAP's reordering of its second moment (`jnp.take` along a sharded axis)
-# and Shampoo's grafting (`where` of differently sharded operands) need output
-# shardings.
-@pytest.mark.parametrize("name", ["Kron", "Muon", "NorMuon"])
-def test_explicit_mesh_spreads_and_matches(name, getkey):
+@pytest.mark.parametrize(
+    "name, spread",
+    [(name, True) for name in OPTIMIZERS] + [("SOAP", False)],
+)
+def test_explicit_mesh_spreads_and_matches(name, spread, getkey):
     """With sharding in types (`Explicit` axes) the stacks are spread under
     `jax.sharding.auto_axes`; the state keeps the shardings `state_shardings`
-    predicts, and one step equals the single-device one."""
-    params, grads = _tree(getkey(), leaves=3), _tree(getkey(), leaves=3)
-    opt = OPTIMIZERS[name]()
-    ref = opt.update(grads, opt.init(params), params)
+    predicts, and two steps equal the single-device ones: SOAP's second step
+    refreshes its bases (reordering its second moment along a sharded axis and
+    rotating its momentum), Shampoo's second is preconditioned (its grafting selects
+    between the preconditioned and the grafting direction). With `spread=False`
+    SOAP rotates its gathered momentum on every device."""
+    params = _tree(getkey(), leaves=3)
+    grads = [_tree(getkey(), leaves=3) for _ in range(2)]
+    opt = OPTIMIZERS[name](spread=spread)
+    ref = (None, opt.init(params))
+    single = jax.jit(opt.update, compiler_options=FAST_COMPILE)
+    for g in grads:
+        ref = single(g, ref[1], params)
     mesh = _mesh(AxisType.Explicit)
     with jax.set_mesh(mesh):
         params, grads = jax.device_put((params, grads), P("x"))
         predicted = eqxopt.state_shardings(opt, params)
-        state = jax.jit(opt.init)(params)
+        new_state = jax.jit(opt.init)(params)
         update = jax.jit(opt.update, compiler_options=FAST_COMPILE)
-        updates, new_state = update(grads, state, params)
+        for g in grads:
+            updates, new_state = update(g, new_state, params)
     for path, leaf, sharding in zip(
         *zip(*jax.tree_util.tree_leaves_with_path(new_state)),
         jax.tree.leaves(predicted),
@@ -251,3 +259,86 @@ def test_spread_option():
     opt = eqxopt.Muon(0.1, spread="y")
     with pytest.raises(ValueError, match="'y' is not"):
         jax.jit(opt.update)(w, opt.init(w), w)
+
+
+# --- no collective inside a data-dependent loop ---------------------------------------
+
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_CALLED = re.compile(
+    r"(?:condition|body|to_apply|calls|true_computation|false_computation"
+    r"|branch_computations)=\{?([%\w.\-, ]+)\}?"
+)
+_COLLECTIVE = re.compile(
+    r"\s(all-reduce|all-gather|collective-permute|all-to-all|reduce-scatter)"
+    r"(-start)?\("
+)
+
+
+def loops_with_collectives(hlo: str) -> tuple[int, list[str]]:
+    """The number of `while` loops of a compiled HLO module, and the collectives run
+    inside any of them (in its condition, its body, or a computation they call)."""
+    computations: dict[str, list[str]] = {}
+    current = None
+    for line in hlo.splitlines():
+        m = _COMPUTATION.match(line)
+        if m is not None and not line.startswith(" "):
+            current = computations.setdefault(m.group(1), [])
+        elif current is not None and line.startswith(" "):
+            current.append(line)
+
+    def collectives(name, seen):
+        if name in seen or name not in computations:
+            return []
+        seen.add(name)
+        found = []
+        for line in computations[name]:
+            if _COLLECTIVE.search(line):
+                found.append(line.strip())
+            for m in _CALLED.finditer(line):
+                for c in m.group(1).split(","):
+                    found += collectives(c.strip().lstrip("%"), seen)
+        return found
+
+    loops, inside = 0, []
+    for lines in computations.values():
+        for line in lines:
+            if re.search(r"\swhile\(", line):
+                loops += 1
+                for key in ("condition", "body"):
+                    name = re.search(key + r"=%?([\w.\-]+)", line).group(1)  # pyright: ignore
+                    inside += collectives(name, set())
+    return loops, inside
+
+
+def test_spread_loops_hold_no_collectives(getkey):
+    """Shampoo's inverse roots, spread over the mesh, are batched `while_loop`s that
+    run until every matrix of the batch has converged. Each device runs the loops on
+    its own share, with a local predicate: no collective inside a loop. (Split by
+    sharding constraints instead, XLA's partitioner all-reduced the predicate at
+    every iteration of every loop, across all devices and processes.) The roots are
+    the unspread ones."""
+    from eqxopt._matrix import find_spread, matrix_inverse_pth_root, spread_map
+
+    def sym(key, n):
+        a = jr.normal(key, (n, n), jnp.float64)
+        return a @ a.T
+
+    mats = [sym(getkey(), 4) for _ in range(5)]
+    fn = lambda p, shared, m: matrix_inverse_pth_root(m, p, ridge_epsilon=shared)[0]
+    expected = [fn(4, 1e-3, m) for m in mats]
+    mesh = _mesh()
+
+    def run(mats):
+        spread = find_spread(True, mats, "test")
+        assert spread is not None and spread.size == N
+        return spread_map(fn, [(4, (m,)) for m in mats], spread, shared=1e-3)
+
+    compiled = (
+        jax.jit(run).lower(jax.device_put(mats, NamedSharding(mesh, P()))).compile()
+    )
+    loops, inside = loops_with_collectives(str(compiled.as_text()))
+    # The power iteration for lambda_max and the Newton iteration.
+    assert loops >= 2
+    assert inside == []
+    for a, b in zip(expected, compiled(mats)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=0, atol=1e-12)

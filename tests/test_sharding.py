@@ -151,8 +151,16 @@ def test_registry_entry_on_mesh(case):
     [
         lambda: eqxopt.Adam(1e-2),
         lambda: eqxopt.Muon(1e-2),
+        # Blocks of 5 cut the sharded axes (of 8) into pieces the mesh does not divide
+        # (SOAP, and Shampoo unblocked: tests/test_matrix_sharding.py).
+        lambda: eqxopt.Shampoo(
+            1e-2,
+            5,
+            start_preconditioning_step=0,
+            best_effort_shape_interpretation=False,
+        ),
     ],
-    ids=["adam", "muon"],
+    ids=["adam", "muon", "shampoo_blocks"],
 )
 def test_explicit_mesh(make):
     """With sharding in types (`jax.make_mesh`'s default axis type), state types carry
@@ -161,7 +169,7 @@ def test_explicit_mesh(make):
     opt = make()
     params = make_params(jnp.float32, _shardable(SHAPES))
     grads = random_like(jr.key(1), params)
-    ref = opt.update(grads, opt.init(params), params)
+    ref = jax.jit(opt.update)(grads, opt.init(params), params)
     with jax.set_mesh(mesh):
         params, grads = _shard(params, mesh), _shard(grads, mesh)
         state = jax.jit(opt.init)(params)

@@ -17,7 +17,9 @@ from .._matrix import (
     check_every_k,
     check_spread,
     every_k,
+    explicit_sharding,
     find_spread,
+    gathered,
     gram,
     matrix_inverse_pth_root,
     matrix_view,
@@ -121,6 +123,14 @@ class _Layout:
         else:
             self.flags = (True,) * (rank - 1) + (False,)
         self.exponent = opt.exponent_override or 2 * sum(self.flags)
+
+    def blocks(self, x: Array) -> list[Array]:
+        """The blocks of the param-shaped `x`, in view shape. On `Explicit` mesh axes
+        a leaf cut into several blocks is gathered first (a sharded axis cannot be
+        split into pieces the mesh does not divide)."""
+        if len(self.partition.block_shapes) > 1:
+            x = gathered(x)
+        return self.partition.partition(self.view.to_view(x))
 
     def factor_sizes(self) -> list[int]:
         return [
@@ -381,9 +391,7 @@ class Shampoo(AbstractOptimizer[ShampooState]):
                 dtype = compute_dtype(g.dtype, *(s.dtype for s in stats_l[i]))
                 b2 = scalar(self.b2, dtype)
                 w2 = jnp.where(b2 == 1, b2, 1 - b2)
-                blocks = layout.partition.partition(
-                    layout.view.to_view(g.astype(dtype))
-                )
+                blocks = layout.blocks(g.astype(dtype))
                 it = iter(stats_l[i])
                 new = []
                 for block in blocks:
@@ -496,13 +504,19 @@ class Shampoo(AbstractOptimizer[ShampooState]):
             if stats_out[i] is None:
                 precond = graft
             else:
-                blocks = layout.partition.partition(layout.view.to_view(grad))
+                blocks = layout.blocks(grad)
                 it = iter(precs_out[i])
                 out_blocks = []
                 for block in blocks:
                     bases = [next(it) if flag else None for flag in layout.flags]
                     out_blocks.append(project(block, bases))
                 precond = layout.view.from_view(layout.partition.merge(out_blocks))
+                # On `Explicit` mesh axes a contraction along a sharded axis gives a
+                # replicated result: sharded like the grad again (a local slice), as
+                # the `where`s below need operands of one sharding.
+                sharding = explicit_sharding(grad)
+                if sharding is not None:
+                    precond = jax.sharding.reshard(precond, sharding)
             multiplier = norm(graft) / (norm(precond) + scalar(1e-16, dtype))
             shampoo = precond * multiplier
             if use_wd and not self.decoupled_weight_decay:

@@ -16,7 +16,9 @@ from .._matrix import (
     check_spread,
     eigh_basis,
     every_k,
+    explicit_sharding,
     find_spread,
+    gathered,
     gram,
     matrix_view,
     MatrixView,
@@ -27,6 +29,7 @@ from .._matrix import (
     replicate,
     spread_field,
     spread_map,
+    take,
 )
 from .._misc import (
     compute_dtype,
@@ -412,19 +415,23 @@ class SOAP(AbstractOptimizer[SOAPState]):
                             new.append(None)
                             continue
                         q_new, order = qr[i, k]
-                        v = jnp.take(v, order, axis=k)
+                        v = take(v, order, axis=k)
                         new.append(q_new)
                     bases[i] = tuple(new)
                     nus[i] = v
                 # The momentum, from the old bases into the new ones (spread too).
+                # On `Explicit` mesh axes it is gathered for the rotation (whose
+                # contractions along sharded axes would need output shardings) and
+                # sharded again afterwards, as Muon's Newton-Schulz inputs.
                 rotate = [i for i in idx if precs[i] is not None]
+                shardings = {i: explicit_sharding(mus[i]) for i in rotate}
                 rotated = spread_map(
                     _rotate,
                     [
                         (
                             tuple(q is not None for q in q_l[i]),
                             (
-                                mus[i],
+                                gathered(mus[i]),
                                 *(q for q in q_l[i] if q is not None),
                                 *(q for q in bases[i] if q is not None),
                             ),
@@ -434,7 +441,10 @@ class SOAP(AbstractOptimizer[SOAPState]):
                     spread,
                 )
                 for i, m in zip(rotate, rotated):
-                    mus[i] = m
+                    sharding = shardings[i]
+                    mus[i] = (
+                        m if sharding is None else jax.sharding.reshard(m, sharding)
+                    )
                 return mus, nus, bases
 
             def keep(carry):
