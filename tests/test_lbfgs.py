@@ -227,10 +227,14 @@ def _optimistix_rosenbrock(y, args):
 
 def test_first_step_into_a_steep_valley_is_cheap():
     # From [1.5, 1.5] the gradient is [1, 0] and the unit first step overshoots the
-    # minimiser along it (t* = 1/20002) by four orders of magnitude. The zoom clamps its
-    # interpolated trial into the bracket (each trial shrinks the bracket 20-fold)
-    # instead of falling back to bisection: 5 evaluations, not 12 (as of issue 16, 8c,
-    # the solve took 26 evaluations; scipy's L-BFGS-B takes 11).
+    # minimiser along it (t* = 1/20002) by four orders of magnitude. The zoom tries the
+    # interpolated minimiser where it is (not clamped 5% away from the interval's end,
+    # which took 4 trials to get there): 2 evaluations, as scipy's L-BFGS-B. The second
+    # step moves along the valley's floor (the curvature condition needs a step ~5000
+    # times the first trial): bracketing extrapolates as MINPACK's dcsrch (the step
+    # grows about 4-fold per trial; doubling took 12 trials, now 7). Issue 16, 8c: the
+    # solve took 26 evaluations, then 19 (1 + 5 + 12 + 1); now 1 + 2 + 7 + 1 = 11, as
+    # scipy's L-BFGS-B, whose trial points it matches.
     y0, args = jnp.array([1.5, 1.5]), jnp.asarray(1.0)
     opt = eqxopt.LBFGS()
     value, grad = jax.value_and_grad(_optimistix_rosenbrock)(y0, args)
@@ -242,7 +246,35 @@ def test_first_step_into_a_steep_valley_is_cheap():
         value_fn=lambda y: _optimistix_rosenbrock(y, args),
     )
     assert state.linesearch_state.result == eqxopt.LineSearchResult.successful
-    assert int(state.linesearch_state.num_evals) == 5
+    assert int(state.linesearch_state.num_evals) == 2
     sol = eqxopt.minimize(_optimistix_rosenbrock, opt, y0, args)
     assert jnp.allclose(sol.value, 1.0)
-    assert int(sol.stats["num_steps"]) == 3 and int(sol.stats["num_fevals"]) == 19
+    assert int(sol.stats["num_steps"]) == 3 and int(sol.stats["num_fevals"]) == 11
+
+
+def test_steep_valley_trial_points_are_scipys():
+    # The same 11 points as scipy's L-BFGS-B (MINPACK's dcsrch), in the same order:
+    # the start, two trials of the first search, seven of the second (the step grows
+    # about 4-fold per trial along the valley's floor), one of the third.
+    import scipy.optimize
+
+    y0, args = jnp.array([1.5, 1.5]), jnp.asarray(1.0)
+    ours = []
+
+    def fn(y, args):
+        jax.debug.callback(lambda y: ours.append(np.asarray(y)), y, ordered=True)
+        return _optimistix_rosenbrock(y, args)
+
+    eqxopt.minimize(fn, eqxopt.LBFGS(), y0, args)
+    value_and_grad = jax.jit(jax.value_and_grad(_optimistix_rosenbrock))
+    theirs = []
+
+    def fun(y):
+        theirs.append(y.copy())
+        value, grad = value_and_grad(jnp.asarray(y), args)
+        return float(value), np.asarray(grad)
+
+    scipy.optimize.minimize(fun, np.asarray(y0), jac=True, method="L-BFGS-B")
+    assert len(ours) == len(theirs) == 11
+    # Up to rounding (the two-loop recursion vs. scipy's compact form).
+    np.testing.assert_allclose(np.stack(ours), np.stack(theirs), rtol=1e-7, atol=1e-12)

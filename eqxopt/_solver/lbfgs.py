@@ -91,7 +91,9 @@ def _two_loop(grads, s_memory, y_memory, rho, head, gamma, dtype):
     """`H g` by the L-BFGS two-loop recursion (Nocedal & Wright, Alg. 7.4), newest pair
     first; slots with `rho == 0` contribute nothing."""
     m = rho.shape[0]
-    order = (head + jnp.arange(m, dtype=jnp.int32)) % m  # oldest ... newest
+    # Oldest ... newest. `lax.rem` (one op) for `%` (a nested function of ~20 ops
+    # for Python's sign rules; the operands here are non-negative).
+    order = lax.rem(head + jnp.arange(m, dtype=jnp.int32), jnp.int32(m))
     rho = rho.astype(dtype)
     q = direction_of(grads)
 
@@ -147,7 +149,7 @@ def _push(state_s, state_y, rho, head, gamma, s, y, dtype):
         jnp.where(valid, (1 / safe_sy).astype(rho.dtype), rho[head])
     )
     new_gamma = jnp.where(valid, (safe_sy / safe_yy).astype(gamma.dtype), gamma)
-    new_head = jnp.where(valid, (head + 1) % m, head)
+    new_head = jnp.where(valid, lax.rem(head + 1, jnp.int32(m)), head)
     return write(state_s, s), write(state_y, y), new_rho, new_head, new_gamma
 
 
@@ -157,7 +159,9 @@ def _after_search(state, memory, new_params, params, grads, direction, ls_state,
     next direction is steepest descent, scaled by the last gamma). Returns the new
     `(s_memory, y_memory, rho_memory, head, gamma)` and the `stalled` / `failed`
     flags: a failure with an empty memory along a direction below the params'
-    resolution is the limit of precision, not an error."""
+    resolution, or along which a unit step's first-order decrease `|<g, d>|` is
+    below the loss's resolution (no trial can show a decrease that rounding does not
+    swamp), is the limit of precision, not an error."""
     s = _difference(new_params, params)
     y = _difference(ls_state.grad, grads)
     s_mem, y_mem, rho, head, gamma = memory
@@ -165,7 +169,10 @@ def _after_search(state, memory, new_params, params, grads, direction, ls_state,
     ls_failed = ls_state.failed
     was_empty = jnp.all(state.rho_memory == 0)
     rho = jnp.where(ls_failed, jnp.zeros_like(rho), rho)
-    stalled = ls_failed & was_empty & below_resolution(direction, params)
+    # On failure the search's `value` is the loss at `params`.
+    f0 = jnp.abs(ls_state.value.astype(dtype))
+    flat = jnp.abs(tree_vdot(grads, direction, dtype)) <= 4 * jnp.finfo(dtype).eps * f0
+    stalled = ls_failed & was_empty & (below_resolution(direction, params) | flat)
     failed = ls_failed & was_empty & ~stalled
     return (s_mem, y_mem, rho, head, gamma), stalled, failed
 
@@ -211,12 +218,13 @@ class LBFGS(AbstractLineSearchOptimizer[LBFGSState]):
     iterates on a quadratic), with deliberate differences: pairs with non-positive
     curvature are skipped (Optax stores them); the first step has unit length, as in
     L-BFGS-B (Optax caps it at length $\min(1, \|g_0\|)$); and the default
-    [`eqxopt.Zoom`][] tries the two-slope cubic first and uses the exact strong Wolfe
-    conditions except at rounding level (see there). With them it needs about as
-    many evaluations as scipy's L-BFGS-B on `benchmarks/minimize.py`. If the line
-    search fails along an L-BFGS direction, the memory is cleared, the update is zero
-    and the next update restarts from steepest descent; `state.failed` is set only
-    when the search fails along steepest descent too.
+    [`eqxopt.Zoom`][] tries the two-slope cubic first, grows the step while bracketing
+    as MINPACK's `dcsrch` (scipy's L-BFGS-B) rather than doubling it, and uses the
+    exact strong Wolfe conditions except at rounding level (see there). With them it
+    needs about as many evaluations as scipy's L-BFGS-B on `benchmarks/minimize.py`.
+    If the line search fails along an L-BFGS direction, the memory is cleared, the
+    update is zero and the next update restarts from steepest descent; `state.failed`
+    is set only when the search fails along steepest descent too.
 
     ??? cite "References"
 

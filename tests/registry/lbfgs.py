@@ -41,7 +41,11 @@ CASES = [
         "lbfgs",
         lambda: eqxopt.LBFGS(
             memory_size=4,
-            linesearch=eqxopt.Zoom(c2=0.8, max_steps=15, approx_dec_rtol=1e-6),
+            # Optax's bracketing (doubling the step): this case's first trial step
+            # is too short and the search brackets (eqxopt's default extrapolates).
+            linesearch=eqxopt.Zoom(
+                c2=0.8, max_steps=15, approx_dec_rtol=1e-6, extrapolation="multiply"
+            ),
         ),
         lambda: optax.lbfgs(
             memory_size=4,
@@ -84,7 +88,11 @@ CASES = [
         lambda: eqxopt.Chain(
             eqxopt.Scale(-1.0),
             eqxopt.Zoom(
-                c2=0.7, max_steps=12, initial_step="keep", approx_dec_rtol=1e-6
+                c2=0.7,
+                max_steps=12,
+                initial_step="keep",
+                approx_dec_rtol=1e-6,
+                extrapolation="multiply",  # Optax's bracketing, as in "lbfgs"
             ),
         ),
         lambda: optax.chain(
