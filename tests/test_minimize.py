@@ -310,7 +310,12 @@ def test_line_search_shares_its_evaluation_through_a_typed_hook():
     ev = opt.last_evaluation(state)
     assert isinstance(ev, Evaluation)
     new_y = y + _  # the update
-    assert ev.value == fn(new_y) and np.array_equal(ev.grad, jax.grad(fn)(new_y))
+    # The loss and gradient at the new params, up to rounding: the search evaluated
+    # `fn` inside its compiled loop, where XLA may fuse (and contract multiply-adds)
+    # differently from this eager call; with the suite's code generation (see
+    # conftest.py) the values are an ulp apart here.
+    assert np.isclose(ev.value, fn(new_y), rtol=4 * np.finfo(np.float64).eps, atol=0)
+    assert np.allclose(ev.grad, jax.grad(fn)(new_y), rtol=1e-13, atol=0)
     assert eqxopt.LBFGS(linesearch=None).last_evaluation(state) is None
     assert isinstance(eqxopt.ZoomState.__mro__[1], type)
     from eqxopt._linesearch import AbstractLineSearchState

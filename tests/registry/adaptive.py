@@ -248,9 +248,11 @@ CASES = [
             eps=1e-25,
         ),
         # Optax's default `min_dim_size_to_factor=128`; without a learning rate every
-        # step is O(1), so compare over more steps with a looser absolute tolerance.
+        # step is O(1): after ten steps params near 10 are 1e-6 apart in float32, and
+        # the factored row/column sums over 128 entries round differently in the last
+        # bits with the code generation (the suite's differs from the default).
         shapes=LARGE_SHAPES,
-        atol=1e-6,
+        atol=1e-5,
     ),
     Case(
         "chain_scale_by_factored_rms",

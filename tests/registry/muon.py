@@ -62,6 +62,10 @@ CASES = [
             adam_weight_decay=0.05,
             muon_weight_dimension_numbers=_optax_dims(batched=False),
         ),
+        # Five quintic Newton-Schulz iterations per step amplify the last-bit rounding
+        # of the float32 matmuls (which the code generation changes): after ten steps
+        # the weights agree to about 5e-6.
+        rtol=2e-5,
         rtol64=_RTOL64,
     ),
     Case(
