@@ -153,22 +153,25 @@ def test_multisteps_equals_inner_on_mean(case):
     inner state after the window is the inner optimizer's (so, by induction, every
     later window matches too).
 
-    Run eagerly (`jax.disable_jit`): compiling one function per registry entry would
-    cost ~0.5 s each, while eager ops are compiled once and shared by all entries.
-    Compiled MultiSteps (scan carry, cond output, one trace) is tested for every entry
-    in test_properties.py.
+    Both runs are compiled as one program per entry: with the suite's code generation
+    (conftest.py) that is cheaper than running them eagerly, op by op.
     """
     params = make_params(jnp.float64, case.shapes)
     inner = case.make()
     opt = eqxopt.MultiSteps(case.make(), every_k=2)
     g1, g2 = (case_grads(case, params, k) for k in jr.split(jr.key(11), 2))
     extra = case_extra(case, params)
-    with jax.disable_jit():
+
+    @eqx.filter_jit
+    def run(opt, inner, g1, g2, params, extra):
         state = opt.init(params)
         u1, state = opt.update(g1, state, params, **extra)
         u2, state = opt.update(g2, state, params, **extra)
         mean = jtu.tree_map(lambda a, b: a + (b - a) / 2, g1, g2)  # Welford
         u_ref, s_ref = inner.update(mean, inner.init(params), params, **extra)
+        return u1, u2, state, u_ref, s_ref
+
+    u1, u2, state, u_ref, s_ref = run(opt, inner, g1, g2, params, extra)
     assert all(jnp.all(u == 0) for u in jtu.tree_leaves(u1))
     _assert_close(u2, u_ref, rtol=1e-9, atol=1e-12)
     _assert_close(state.inner_state, s_ref, rtol=1e-9, atol=1e-12)
