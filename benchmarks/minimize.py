@@ -23,7 +23,12 @@ solvers' runs interleaved, so that all of them see the same load), and the first
 including compilation.
 
     python benchmarks/minimize.py [--quick] [--repeats N] [--only NAME,...]
-        [--unbounded] [--bounded] [--vmap]
+        [--unbounded] [--bounded] [--vmap] [--first-call]
+
+`--first-call` (not part of the default run) measures only first calls, in CPU time:
+eqxopt's `minimize(fn, LBFGS(), y0)` against Optax's lbfgs loop on the unbounded set,
+each time with a new function object, `--repeats` times per problem (default 3), and
+prints the median of the per-problem ratios.
 
 `--quick` (CI-sized smoke run) solves Rosenbrock 2 and the decay fit with eqxopt,
 scipy and Optax, the bounded NNLS problem, and 8 starts in the vmap section, twice
@@ -642,6 +647,59 @@ def run_bounded(opts, repeats):
     return rows
 
 
+def _fresh(fn):
+    """A new function object computing `fn`: JAX (and eqxopt) cache traces and
+    compiled programs per function object, so each call of a solver with it is a
+    first call (tracing, lowering, compilation and the solve)."""
+
+    def fresh(y, args):
+        return fn(y, args)
+
+    return fresh
+
+
+def run_first_call(opts, repeats):
+    """The first call of `minimize(fn, eqxopt.LBFGS(), y0)` against Optax's lbfgs loop
+    on the unbounded set, in CPU time (`time.process_time`: less sensitive to other
+    jobs on a shared machine than wall time), in this one process: each measurement
+    uses a new function object (so nothing is cached), the two solvers alternate
+    which goes first, and one untimed call of each warms up JAX's own caches. Prints
+    the per-problem medians and the median of the per-problem ratios."""
+    problems = _problems(opts.quick)
+    if opts.only:
+        wanted = set(opts.only.split(","))
+        problems = [p for p in problems if p.name in wanted]
+    solvers = {"eqxopt LBFGS": solve_eqxopt, "optax lbfgs": solve_optax}
+    warm = _problems(True)[0]
+    for solve in solvers.values():
+        _block(solve(warm._replace(fn=_fresh(warm.fn))))
+    cpu = {(p.name, name): [] for p in problems for name in solvers}
+    for k in range(repeats):
+        for p in problems:
+            order = list(solvers.items())
+            if k % 2:
+                order.reverse()
+            for name, solve in order:
+                q = p._replace(fn=_fresh(p.fn))
+                t0 = time.process_time()
+                _block(solve(q))
+                cpu[p.name, name].append(time.process_time() - t0)
+    print("\n| problem | eqxopt LBFGS | optax lbfgs | eqxopt / Optax |")
+    print("|---|---|---|---|")
+    ratios = []
+    for p in problems:
+        e = statistics.median(cpu[p.name, "eqxopt LBFGS"])
+        o = statistics.median(cpu[p.name, "optax lbfgs"])
+        ratios.append(e / o)
+        print(f"| {p.name} | {e * 1e3:.0f} ms | {o * 1e3:.0f} ms | {e / o:.2f} |")
+    print(
+        f"\nfirst call (CPU time, median of {repeats} per problem): eqxopt / Optax "
+        f"median {statistics.median(ratios):.2f} over {len(problems)} problems "
+        f"(range {min(ratios):.2f}-{max(ratios):.2f})"
+    )
+    return dict(ratios=ratios, cpu=cpu)
+
+
 def run_vmap(opts, repeats):
     """Many starts of a multimodal problem: one `jax.vmap`ped solve against a Python
     loop of single (compiled) solves, time per lane."""
@@ -714,11 +772,16 @@ def main(argv=None):
     )
     parser.add_argument("--vmap", action="store_true", help="run the vmap section")
     parser.add_argument(
+        "--first-call",
+        action="store_true",
+        help="first calls (CPU time) of eqxopt LBFGS against Optax, repeated",
+    )
+    parser.add_argument(
         "--unbounded", action="store_true", help="run the unbounded set (L-BFGS)"
     )
     opts = parser.parse_args(argv)
-    repeats = opts.repeats or (2 if opts.quick else 5)
-    everything = not (opts.bounded or opts.vmap or opts.unbounded)
+    repeats = opts.repeats or (2 if opts.quick else 3 if opts.first_call else 5)
+    everything = not (opts.bounded or opts.vmap or opts.unbounded or opts.first_call)
     if jaxopt is None:
         print("jaxopt is not installed: skipped.", file=sys.stderr)
     _block(jax.jit(lambda x: x + 1)(jnp.zeros(())))  # backend start-up, once
@@ -729,6 +792,8 @@ def main(argv=None):
         out["bounded"] = run_bounded(opts, repeats)
     if everything or opts.vmap:
         out["vmap"] = run_vmap(opts, repeats)
+    if opts.first_call:
+        out["first_call"] = run_first_call(opts, repeats)
     return out
 
 

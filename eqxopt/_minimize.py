@@ -17,7 +17,7 @@ from jax.core import Tracer
 from jaxtyping import Array, Bool, Int32, PyTree
 
 from ._base import AbstractOptimizer
-from ._linesearch import AbstractLineSearchOptimizer, conj
+from ._linesearch import AbstractLineSearchOptimizer, conj, select
 from ._misc import (
     compute_dtype,
     is_param,
@@ -130,7 +130,9 @@ class _Options(eqx.Module):
 
 class _Carry(eqx.Module):
     """The state of the solve loop between steps. `g` is the gradient in the updates'
-    convention (conjugated for complex leaves, as Optax's)."""
+    convention (conjugated for complex leaves, as Optax's); `converged` and `finite`
+    are `_check`'s verdicts at `y` (kept, so that the result needs no new
+    reductions: each costs compilation time)."""
 
     y: PyTree
     state: Any
@@ -142,7 +144,13 @@ class _Carry(eqx.Module):
     failed: Bool[Array, ""]
     stalled: Bool[Array, ""]
     no_decrease: Int32[Array, ""]
-    stop: Bool[Array, ""]
+    converged: Bool[Array, ""]
+    finite: Bool[Array, ""]
+
+    @property
+    def stop(self) -> Bool[Array, ""]:
+        """Whether the solve stops here (converged, non-finite, or halted)."""
+        return self.converged | ~self.finite | self.failed | self.stalled
 
 
 # A line search accepts a step without decrease only where rounding in the loss
@@ -254,14 +262,25 @@ def _step_impl(static, dynamic, carry: _Carry) -> _Carry:
         # The optimizer says when its line search failed below the resolution of y;
         # else accepted steps that no longer decrease the loss are counted.
         same = ~failed & ~(f < carry.f)
-        no_decrease = jnp.where(same, carry.no_decrease + 1, 0).astype(jnp.int32)
+        no_decrease = select(same, carry.no_decrease + 1, 0)
         stalled = evaluation.stalled | (no_decrease >= _MAX_NO_DECREASE)
-    num_steps = carry.num_steps + jnp.where(failed, 0, 1).astype(jnp.int32)
+    num_steps = select(failed, carry.num_steps, carry.num_steps + 1)
     if bar is not None:
         jax.debug.callback(bar.update, num_steps, f, ordered=True)
-    stop = _stopped(f, g, y, problem.bounds, failed | stalled, options)
+    converged, finite = _check(f, g, y, problem.bounds, options)
     return _Carry(
-        y, state, f, g, aux, num_steps, num_fevals, failed, stalled, no_decrease, stop
+        y,
+        state,
+        f,
+        g,
+        aux,
+        num_steps,
+        num_fevals,
+        failed,
+        stalled,
+        no_decrease,
+        converged,
+        finite,
     )
 
 
@@ -299,20 +318,28 @@ def _gradient_measure(g, y, bounds):
     )
 
 
-def _converged(f, g, y, bounds, options):
-    """`max|g| <= atol + rtol |f|` (`g` projected with bounds), in at least float32."""
-    g = _gradient_measure(g, y, bounds)
-    dtype = compute_dtype(f.dtype, *(jnp.finfo(x.dtype).dtype for x in _leaves(g)))
+def _check(f, g, y, bounds, options):
+    """`(converged, finite)` at `y`: `max|g| <= atol + rtol |f|` (`g` projected with
+    bounds), in at least float32, and whether `f` and every entry of `g` are finite.
+
+    Each reduction over a leaf costs compilation time (XLA's CPU code for a reduction
+    is much larger than for an elementwise operation), so without bounds and for real
+    leaves `finite` comes from the same maximum: `max|g|` is NaN or infinite exactly
+    when some entry of `g` is (the maximum propagates NaN)."""
+    measure = _gradient_measure(g, y, bounds)
+    dtype = compute_dtype(
+        f.dtype, *(jnp.finfo(x.dtype).dtype for x in _leaves(measure))
+    )
     tol = jnp.asarray(options.atol, dtype) + jnp.asarray(options.rtol, dtype) * jnp.abs(
         f
     ).astype(dtype)
-    return _max_abs(g, dtype) <= tol
-
-
-def _stopped(f, g, y, bounds, halted, options):
-    """Whether the solve stops at this point (converged, non-finite, or halted)."""
-    finite = jnp.isfinite(f) & _all_finite(g)
-    return _converged(f, g, y, bounds, options) | ~finite | halted
+    size = _max_abs(measure, dtype)
+    converged = size <= tol
+    if bounds is None and not any(jnp.iscomplexobj(x) for x in _leaves(g)):
+        finite = jnp.isfinite(f) & jnp.isfinite(size)
+    else:  # the projection may clip an infinite entry; |complex| may overflow
+        finite = jnp.isfinite(f) & _all_finite(g)
+    return converged, finite
 
 
 # Jitted, so that the several traces of the loop body that the checkpointed loops make
@@ -357,14 +384,25 @@ def _primal(inputs):
         f = carry.f
         carry = _step(problem, options, bar, carry)
         # A failed line search returns a zero step: that step is not applied.
-        history = history.at[j].set(jnp.where(carry.failed, jnp.nan, f).astype(f.dtype))
+        history = history.at[j].set(select(carry.failed, jnp.nan, f))
         return j + 1, carry, history
 
     int32 = lambda n: jnp.asarray(n, jnp.int32)
     false = jnp.zeros((), bool)
-    stop0 = _stopped(f0, g0, y0, problem.bounds, false, options)
+    converged0, finite0 = _check(f0, g0, y0, problem.bounds, options)
     carry = _Carry(
-        y0, state0, f0, g0, aux0, int32(0), int32(1), false, false, int32(0), stop0
+        y0,
+        state0,
+        f0,
+        g0,
+        aux0,
+        int32(0),
+        int32(1),
+        false,
+        false,
+        int32(0),
+        converged0,
+        finite0,
     )
     if max_steps > 0:
         history = jnp.full((max_steps,), jnp.nan, f0.dtype)
@@ -380,14 +418,15 @@ def _primal(inputs):
         history = jnp.zeros((0,), f0.dtype)
     y, f, g, aux = carry.y, carry.f, carry.g, carry.aux
     num_fevals = carry.num_fevals
+    converged, finite = carry.converged, carry.finite
     if options.has_aux and uses_cache:
         # The line search returns the loss and gradient at the new point, not `aux`.
         f, aux = problem.loss_and_aux(y, options.has_aux)
         num_fevals = num_fevals + 1
-    finite = jnp.isfinite(f) & _all_finite(g)
+        converged, finite = _check(f, g, y, problem.bounds, options)
     R = RESULTS
     result = R.where(
-        finite & _converged(f, g, y, problem.bounds, options),
+        finite & converged,
         R.successful,
         R.where(
             ~finite,

@@ -8,10 +8,13 @@ caller can start the next iteration from them without evaluating the function ag
 """
 
 import abc
+import inspect
 from collections.abc import Callable
 from typing import Any, TYPE_CHECKING, TypeVar
 
 import equinox as eqx
+import jax
+import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
@@ -21,6 +24,7 @@ from .._base import AbstractOptimizer
 from .._custom_types import Params, Updates
 from .._misc import (
     compute_dtype,
+    is_none,
     is_param,
     tree_map,
 )
@@ -127,6 +131,57 @@ def tree_vdot(a, b, dtype) -> Array:
     return sum(
         (x for x in jtu.tree_leaves(out) if x is not None),
         start=jnp.zeros((), dtype),
+    )
+
+
+def select(pred, a, b):
+    """`jnp.where(pred, a, b)` for a scalar boolean `pred`, as one `lax.select`:
+    `jnp.where` traces (and lowers) a nested `jit` per call, which the loops of
+    [`eqxopt.minimize`][] would otherwise repeat dozens of times. `a` and `b` are
+    arrays of one shape and dtype, or one of them a Python number (taken in the
+    other's dtype, as `jnp.where` does with a weakly typed number)."""
+    if not isinstance(a, (jax.Array, np.ndarray, np.generic)):
+        b = jnp.asarray(b)
+        a = lax.full_like(b, a)
+    elif not isinstance(b, (jax.Array, np.ndarray, np.generic)):
+        a = jnp.asarray(a)
+        b = lax.full_like(a, b)
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape or jnp.shape(pred) != ():
+        return jnp.where(pred, a, b)
+    return lax.select(jnp.asarray(pred, bool), a, b)
+
+
+# `x[i]` and `x.at[i].set(v)` for an index known to be in range: without the code
+# that wraps negative indices (JAX >= 0.5.3 can leave it out), and without the
+# nested `jit` that `lax.dynamic_index_in_dim` traces per call.
+_IN_RANGE = (
+    {"allow_negative_indices": False}
+    if "allow_negative_indices" in inspect.signature(lax.dynamic_slice).parameters
+    else {}
+)
+
+
+def index(x, i):
+    """`x[i]` along the first axis, for an in-range index `i`."""
+    i = jnp.asarray(i)
+    starts = (i,) + (np.zeros((), i.dtype),) * (x.ndim - 1)
+    out = lax.dynamic_slice(x, starts, (1,) + x.shape[1:], **_IN_RANGE)
+    return lax.reshape(out, x.shape[1:])
+
+
+def put(x, value, i):
+    """`x.at[i].set(value)` along the first axis, for an in-range index `i`."""
+    i = jnp.asarray(i)
+    starts = (i,) + (np.zeros((), i.dtype),) * (x.ndim - 1)
+    value = lax.reshape(jnp.asarray(value, x.dtype), (1,) + x.shape[1:])
+    return lax.dynamic_update_slice(x, value, starts, **_IN_RANGE)
+
+
+def tree_select(pred, a, b):
+    """`a` where `pred` else `b`, leaf by leaf (`None` leaves stay `None`)."""
+    return jtu.tree_map(
+        lambda x, y: None if x is None else select(pred, x, y), a, b, is_leaf=is_none
     )
 
 

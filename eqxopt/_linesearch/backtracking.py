@@ -21,8 +21,9 @@ from . import (
     LineSearchResult,
     scalar_dtype,
     slope,
+    tree_select,
 )
-from .zoom import init_state, tree_select
+from .zoom import init_state
 
 
 @typechecked

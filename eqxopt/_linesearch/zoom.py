@@ -5,14 +5,12 @@ import equinox.internal as eqxi
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
-import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike
 from .._misc import (
-    is_none,
     scalar,
     typechecked,
     zero_count,
@@ -26,8 +24,10 @@ from . import (
     evaluate,
     LineSearchResult,
     scalar_dtype,
+    select,
     slope,
     store_dtype,
+    tree_select,
 )
 
 
@@ -81,13 +81,6 @@ def init_state(cls, params, state_dtype=None):
         num_evals=zero_count(),
         failed=jnp.zeros((), bool),
         result=concrete_item(LineSearchResult.successful),
-    )
-
-
-def tree_select(pred, a, b):
-    """`a` where `pred` else `b`, leaf by leaf (`None` leaves stay `None`)."""
-    return jtu.tree_map(
-        lambda x, y: None if x is None else jnp.where(pred, x, y), a, b, is_leaf=is_none
     )
 
 
@@ -175,14 +168,10 @@ def _pack(d, dtype):
     return out
 
 
-def _select(pred, a, b):
-    """`jnp.where(pred, a, b)` for a scalar `pred` and operands of one shape and dtype,
-    as a single primitive (`jnp.where` traces a nested `jit` per call: this loop body
-    has dozens of them, and each costs tracing and lowering time)."""
-    a, b = jnp.asarray(a), jnp.asarray(b)
-    if a.dtype != b.dtype or a.shape != b.shape or jnp.shape(pred) != ():
-        return jnp.where(pred, a, b)
-    return lax.select(jnp.asarray(pred, bool), a, b)
+def _clip(x, lower, upper):
+    """`jnp.clip(x, lower, upper)` (its operations, in its order) without its nested
+    `jit`."""
+    return jnp.minimum(upper, jnp.maximum(lower, x))
 
 
 _MASKS = np.eye(len(_FIELDS), dtype=bool)  # NumPy: constants, not kernels
@@ -202,7 +191,7 @@ def _extrapolate(c, herm):
     shrinks = jnp.abs(s) < jnp.abs(s_lo)
     secant = t + s * step / _where(shrinks, s_lo - s, 1)
     far = _where(shrinks, jnp.maximum(herm, secant), jnp.inf)
-    return jnp.clip(far, t + 1.1 * step, t + 4 * step)
+    return _clip(far, t + 1.1 * step, t + 4 * step)
 
 
 class Zoom(AbstractLineSearch[ZoomState]):
@@ -349,7 +338,7 @@ class Zoom(AbstractLineSearch[ZoomState]):
             t0 = jnp.ones((), dtype)
         else:
             previous = state.step_size.astype(dtype)
-            t0 = jnp.where(previous > 0, previous, jnp.ones((), dtype))
+            t0 = select(previous > 0, previous, jnp.ones((), dtype))
         if t_max is not None:
             t0 = jnp.minimum(t0, t_max)
 
@@ -363,7 +352,7 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 approx = s - (2 * c1 - 1) * s0
                 near = f - f0 - eps * jnp.abs(f0)
                 noisy = c1 * jnp.abs(t * s0) <= eps * jnp.abs(f0)
-                decrease = _select(
+                decrease = select(
                     noisy, jnp.minimum(jnp.maximum(approx, near), decrease), decrease
                 )
             decrease = jnp.maximum(decrease, 0)
@@ -393,8 +382,8 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 safe_f=f0,
                 bracketed=zero,
                 done=zero,
-                failed=jnp.where(start_ok, zero, one),
-                nonfinite=jnp.where(jnp.isfinite(f0) & jnp.isfinite(s0), zero, one),
+                failed=select(start_ok, zero, one),
+                nonfinite=select(jnp.isfinite(f0) & jnp.isfinite(s0), zero, one),
                 w1=jnp.full((), jnp.inf, dtype),
                 w2=jnp.full((), jnp.inf, dtype),
             ),
@@ -411,15 +400,15 @@ class Zoom(AbstractLineSearch[ZoomState]):
             if self.extrapolation == "multiply":
                 b, f_b, s_b = hi, c["f_hi"], c["s_hi"]
             else:
-                b = _select(zooming, hi, c["t"])
-                f_b = _select(zooming, c["f_hi"], c["f"])
-                s_b = _select(zooming, c["s_hi"], c["s"])
+                b = select(zooming, hi, c["t"])
+                f_b = select(zooming, c["f_hi"], c["f"])
+                s_b = select(zooming, c["s_hi"], c["s"])
             herm = _hermitemin(lo, c["f_lo"], c["s_lo"], b, f_b, s_b)
             if self.extrapolation == "multiply":
                 t_next = increase * c["t"]
             else:
                 t_next = _extrapolate(c, herm)
-            t_bracket = _select(c["i"] == 0, t0, t_next)
+            t_bracket = select(c["i"] == 0, t0, t_next)
             if t_max is not None:
                 t_bracket = jnp.minimum(t_bracket, t_max)
             delta = jnp.abs(hi - lo)
@@ -430,19 +419,19 @@ class Zoom(AbstractLineSearch[ZoomState]):
             use_cubic = (cubic > left + 0.2 * delta) & (cubic < right - 0.2 * delta)
             quad = _quadmin(lo, c["f_lo"], c["s_lo"], hi, c["f_hi"])
             use_quad = (quad > left + 0.1 * delta) & (quad < right - 0.1 * delta)
-            middle = _select(use_cubic, cubic, _select(use_quad, quad, (lo + hi) / 2))
+            middle = select(use_cubic, cubic, select(use_quad, quad, (lo + hi) / 2))
             # First choice: the cubic matching the values and slopes at both ends
             # (both are known), kept inside the interval but not away from its ends
             # (as MINPACK's dcstep): a minimiser close to an end is tried where it
             # is, which saves evaluations over Optax's choices above. Progress is
             # guaranteed as in MINPACK's dcsrch: bisection whenever the last two
             # trials shrank the interval by less than a factor 0.66.
-            herm = jnp.clip(herm, left + 1e-6 * delta, right - 1e-6 * delta)
+            herm = _clip(herm, left + 1e-6 * delta, right - 1e-6 * delta)
             inside = (herm > left) & (herm < right)  # not NaN, not rounded to an end
-            middle = _select(inside, herm, middle)
+            middle = select(inside, herm, middle)
             slow = delta >= 0.66 * c["w2"]
-            middle = _select(slow, (lo + hi) / 2, middle)
-            return _select(zooming, middle, t_bracket)
+            middle = select(slow, (lo + hi) / 2, middle)
+            return select(zooming, middle, t_bracket)
 
         def cond(carry):
             v = carry[0]
@@ -472,31 +461,31 @@ class Zoom(AbstractLineSearch[ZoomState]):
             high_moved = high_is_mid | high_is_low
 
             def pick(zoom, bracket):
-                return _select(zooming, zoom, bracket)
+                return select(zooming, zoom, bracket)
 
             new_lo = pick(
-                _select(high_is_mid, c["lo"], t), _select(low_is_new, t, c["t"])
+                select(high_is_mid, c["lo"], t), select(low_is_new, t, c["t"])
             )
             new_f_lo = pick(
-                _select(high_is_mid, c["f_lo"], f), _select(low_is_new, f, c["f"])
+                select(high_is_mid, c["f_lo"], f), select(low_is_new, f, c["f"])
             )
             new_s_lo = pick(
-                _select(high_is_mid, c["s_lo"], s), _select(low_is_new, s, c["s"])
+                select(high_is_mid, c["s_lo"], s), select(low_is_new, s, c["s"])
             )
             new_hi = pick(
-                _select(high_is_mid, t, _select(high_is_low, c["lo"], c["hi"])),
-                _select(low_is_new, c["t"], t),
+                select(high_is_mid, t, select(high_is_low, c["lo"], c["hi"])),
+                select(low_is_new, c["t"], t),
             )
             new_f_hi = pick(
-                _select(high_is_mid, f, _select(high_is_low, c["f_lo"], c["f_hi"])),
-                _select(low_is_new, c["f"], f),
+                select(high_is_mid, f, select(high_is_low, c["f_lo"], c["f_hi"])),
+                select(low_is_new, c["f"], f),
             )
             new_s_hi = pick(
-                _select(high_is_mid, s, _select(high_is_low, c["s_lo"], c["s_hi"])),
-                _select(low_is_new, c["s"], s),
+                select(high_is_mid, s, select(high_is_low, c["s_lo"], c["s_hi"])),
+                select(low_is_new, c["s"], s),
             )
             take_safe = pick(sufficient & (f < c["safe_f"]), sufficient)
-            safe_t = _select(take_safe, t, c["safe_t"])
+            safe_t = select(take_safe, t, c["safe_t"])
             done = pick(wolfe, wolfe | (max_reached & ~b_bracketed))
             too_small = (
                 zooming & (jnp.abs(c["hi"] - c["lo"]) <= threshold) & (safe_t > 0)
@@ -515,10 +504,10 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 hi=new_hi,
                 f_hi=new_f_hi,
                 s_hi=new_s_hi,
-                ref=pick(_select(high_moved, c["hi"], c["lo"]), new_lo),
-                f_ref=pick(_select(high_moved, c["f_hi"], c["f_lo"]), new_f_lo),
+                ref=pick(select(high_moved, c["hi"], c["lo"]), new_lo),
+                f_ref=pick(select(high_moved, c["f_hi"], c["f_lo"]), new_f_lo),
                 safe_t=safe_t,
-                safe_f=_select(take_safe, f, c["safe_f"]),
+                safe_f=select(take_safe, f, c["safe_f"]),
                 bracketed=zooming | b_bracketed,
                 done=done,
                 failed=failed,
@@ -547,8 +536,8 @@ class Zoom(AbstractLineSearch[ZoomState]):
         wolfe = done & (c["err"] <= 0)
         use_safe = ~done & (c["safe_t"] > 0)
         failed = ~done & ~use_safe
-        step = _select(done, c["t"], _select(use_safe, c["safe_t"], zero))
-        new_value = _select(done, c["f"], _select(use_safe, c["safe_f"], f0))
+        step = select(done, c["t"], select(use_safe, c["safe_t"], zero))
+        new_value = select(done, c["f"], select(use_safe, c["safe_f"], f0))
         R = LineSearchResult
         result = R.where(
             wolfe,
@@ -564,7 +553,7 @@ class Zoom(AbstractLineSearch[ZoomState]):
             ),
         )
         new_state = ZoomState(
-            step_size=jnp.where(
+            step_size=select(
                 failed, state.step_size, step.astype(state.step_size.dtype)
             ),
             value=new_value.astype(state.value.dtype),

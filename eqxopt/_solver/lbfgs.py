@@ -16,7 +16,10 @@ from .._linesearch import (
     below_resolution,
     direction_of,
     Evaluation,
+    index,
+    put,
     scalar_dtype,
+    select,
     step_updates,
     store_dtype,
     tree_vdot,
@@ -98,7 +101,7 @@ def _two_loop(grads, s_memory, y_memory, rho, head, gamma, dtype):
     q = direction_of(grads)
 
     def pick(memory, i):
-        return tree_map(lambda x: x[i], memory)
+        return tree_map(lambda x: index(x, i), memory)
 
     def axpy(a, x, y):  # y + a x, per leaf in y's dtype
         return tree_map(
@@ -109,7 +112,7 @@ def _two_loop(grads, s_memory, y_memory, rho, head, gamma, dtype):
         )
 
     def first(q, i):
-        alpha = rho[i] * tree_vdot(pick(s_memory, i), q, dtype)
+        alpha = pick(rho, i) * tree_vdot(pick(s_memory, i), q, dtype)
         return axpy(-alpha, pick(y_memory, i), q), alpha
 
     q, alphas = lax.scan(first, q, order, reverse=True)
@@ -117,7 +120,7 @@ def _two_loop(grads, s_memory, y_memory, rho, head, gamma, dtype):
 
     def second(r, i_alpha):
         i, alpha = i_alpha
-        beta = rho[i] * tree_vdot(pick(y_memory, i), r, dtype)
+        beta = pick(rho, i) * tree_vdot(pick(y_memory, i), r, dtype)
         return axpy(alpha - beta, pick(s_memory, i), r), None
 
     r, _ = lax.scan(second, r, (order, alphas))
@@ -131,25 +134,24 @@ def _push(state_s, state_y, rho, head, gamma, s, y, dtype):
     yy = tree_vdot(y, y, dtype)
     eps = jnp.finfo(dtype).eps
     valid = jnp.isfinite(sy) & jnp.isfinite(yy) & (sy > eps * yy) & (yy > 0)
-    safe_sy = jnp.where(valid, sy, 1)
-    safe_yy = jnp.where(valid, yy, 1)
+    safe_sy = select(valid, sy, 1)
+    safe_yy = select(valid, yy, 1)
+
+    def push(buf, x):  # `head` is in range
+        return put(buf, select(valid, x, index(buf, head)), head)
 
     def write(memory, new):
         return tree_map(
-            lambda buf, x: buf.at[head].set(
-                jnp.where(valid, x.astype(buf.dtype), buf[head])
-            ),
+            lambda buf, x: push(buf, x.astype(buf.dtype)),
             memory,
             new,
             names=("memory", "pair"),
         )
 
     m = rho.shape[0]
-    new_rho = rho.at[head].set(
-        jnp.where(valid, (1 / safe_sy).astype(rho.dtype), rho[head])
-    )
-    new_gamma = jnp.where(valid, (safe_sy / safe_yy).astype(gamma.dtype), gamma)
-    new_head = jnp.where(valid, lax.rem(head + 1, jnp.int32(m)), head)
+    new_rho = push(rho, (1 / safe_sy).astype(rho.dtype))
+    new_gamma = select(valid, (safe_sy / safe_yy).astype(gamma.dtype), gamma)
+    new_head = select(valid, lax.rem(head + 1, jnp.int32(m)), head)
     return write(state_s, s), write(state_y, y), new_rho, new_head, new_gamma
 
 
@@ -168,7 +170,7 @@ def _after_search(state, memory, new_params, params, grads, direction, ls_state,
     s_mem, y_mem, rho, head, gamma = _push(s_mem, y_mem, rho, head, gamma, s, y, dtype)
     ls_failed = ls_state.failed
     was_empty = jnp.all(state.rho_memory == 0)
-    rho = jnp.where(ls_failed, jnp.zeros_like(rho), rho)
+    rho = select(ls_failed, jnp.zeros_like(rho), rho)
     # On failure the search's `value` is the loss at `params`.
     f0 = jnp.abs(ls_state.value.astype(dtype))
     flat = jnp.abs(tree_vdot(grads, direction, dtype)) <= 4 * jnp.finfo(dtype).eps * f0
@@ -358,8 +360,8 @@ class LBFGS(AbstractLineSearchOptimizer[LBFGSState]):
             # Before the first pair, the first step has unit length, as in L-BFGS-B
             # (Optax takes min(1, 1 / |g|)). NaN-safe under autodiff at g = 0.
             sq = tree_vdot(grads, grads, dtype)
-            initial = jnp.where(sq > 0, 1 / jnp.sqrt(jnp.where(sq > 0, sq, 1)), 1)
-            scale = jnp.where(gamma > 0, gamma.astype(dtype), initial.astype(dtype))
+            initial = select(sq > 0, 1 / jnp.sqrt(select(sq > 0, sq, 1)), 1)
+            scale = select(gamma > 0, gamma.astype(dtype), initial.astype(dtype))
         else:
             scale = jnp.ones((), dtype)
         direction = _two_loop(grads, s_mem, y_mem, rho, head, scale, dtype)
