@@ -6,24 +6,30 @@ import sys
 # Multi-device behaviour is tested on CPU: 8 host devices, set before jax is imported.
 # The suite compiles thousands of small programs and runs each a few times, and XLA's
 # CPU backend spends most of the suite's time compiling them. Cheaper code generation:
-# LLVM without its expensive passes, and fused kernels emitted by XLA's elemental LLVM
-# emitters instead of its newer MLIR fusion emitters (about 3x faster to compile these
-# programs). XLA's HLO passes, which decide fusion, copies and the order of
-# operations, are unchanged; only the last bits of some float32 results (matmuls,
-# transcendental functions) may differ from the default code generation.
+# LLVM without its expensive passes, each program's LLVM module compiled whole (not
+# split across threads: with two test workers on two cores the threads only contend),
+# and fused kernels emitted by XLA's elemental LLVM emitters instead of its newer MLIR
+# fusion emitters (together about 4x faster to compile these programs). XLA's HLO
+# passes, which decide fusion, copies and the order of operations, are unchanged; only
+# the last bits of some float32 results (matmuls, transcendental functions, fused
+# multiply-adds) may differ from the default code generation.
 _flags = (
     "--xla_force_host_platform_device_count=8",
     "--xla_backend_optimization_level=0",
     "--xla_llvm_disable_expensive_passes=true",
 )
-# Newer than the others: an XLA that does not know it aborts the process, so it is
-# tried once in a subprocess (by pytest's main process; its workers inherit the result).
-_NEW_FLAG = "--xla_cpu_use_fusion_emitters=false"
+# Newer than the others: an XLA that does not know one of them aborts the process, so
+# they are tried once in a subprocess (by pytest's main process; its workers inherit
+# the result).
+_NEW_FLAGS = (
+    "--xla_cpu_use_fusion_emitters=false",
+    "--xla_cpu_parallel_codegen_split_count=1",
+)
 _PROBED = "EQXOPT_TESTS_XLA_FLAGS_PROBED"
 
 
-def _xla_knows(flag: str) -> bool:
-    env = dict(os.environ, XLA_FLAGS=flag, JAX_PLATFORMS="cpu")
+def _xla_knows(flags: str) -> bool:
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     code = "import jax.numpy as jnp; jnp.zeros(1).block_until_ready()"
     probe = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
     return probe.returncode == 0
@@ -31,8 +37,10 @@ def _xla_knows(flag: str) -> bool:
 
 if _PROBED not in os.environ:
     os.environ[_PROBED] = "1"
-    if _xla_knows(_NEW_FLAG):
-        _flags += (_NEW_FLAG,)
+    if _xla_knows(" ".join(_NEW_FLAGS)):
+        _flags += _NEW_FLAGS
+    else:
+        _flags += tuple(f for f in _NEW_FLAGS if _xla_knows(f))
 
 # LAPACK (`eigh`, QR: SOAP, Shampoo, the reference transcriptions) runs on scipy's
 # OpenBLAS, whose threads spin-wait: with two test workers on two cores, one thread
