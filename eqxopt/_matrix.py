@@ -710,13 +710,10 @@ def spread_map(
     `batched=True` says that each operand already has a leading batch axis (of any
     size per task) and that `fn` maps over it itself (Muon's `(batch, m, n)`
     stacks): groups are concatenated along that axis instead of stacked, and `fn` is
-    called on the concatenation. Without a `spread`, the groups are stacked (or, with
-    `batched=True` and `group=True`, concatenated) all the same and computed on this
-    device: one copy of `fn` per group in the compiled program instead of one per task
-    (a transformer's many same-shape matrices compile once); with `batched=True`
-    alone, each task is computed alone.
+    called on the concatenation. Without a `spread`, each task is computed alone, or,
+    with `batched=True` and `group=True`, one call per concatenated group.
     """
-    if spread is None and batched and not group:
+    if spread is None and not (batched and group):
         return [fn(static, shared, *operands) for static, operands in tasks]
     groups: dict[Any, list[int]] = {}
     for i, (static, operands) in enumerate(tasks):
@@ -732,12 +729,12 @@ def spread_map(
         join = jnp.concatenate if batched else jnp.stack
         stacks = [join([tasks[i][1][k] for i in members]) for k in range(n_ops)]
         sizes = [tasks[i][1][0].shape[0] if batched else 1 for i in members]
-        call = functools.partial(fn, static)
-        if not batched:
-            call = jax.vmap(call, in_axes=(None,) + (0,) * n_ops)
         if spread is None:
-            out = call(shared, *stacks)
+            out = fn(static, shared, *stacks)
         else:
+            call = functools.partial(fn, static)
+            if not batched:
+                call = jax.vmap(call, in_axes=(None,) + (0,) * n_ops)
             out = _spread_call(call, shared, stacks, spread)
         start = 0
         for i, size in zip(members, sizes):
