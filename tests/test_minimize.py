@@ -271,29 +271,24 @@ def test_stagnation_at_precision_limit_stops_promptly(fn, y0, max_fevals):
     # ulp of 2, and its gradient with it (to 0 or to 1.8e-10), depending on whether XLA
     # contracts the product and the subtraction into one fused multiply-add: so Brown
     # may also end `successful`. Neither stops at `max_steps` or with a failure.
-    sol = eqxopt.minimize(
-        fn,
-        eqxopt.LBFGS(),
-        jnp.array(y0),
-        rtol=1e-10,
-        atol=1e-10,
-        max_steps=3000,
-        throw=False,
-    )
-    limit = eqxopt.RESULTS.precision_limit
+    def solve(throw):
+        return eqxopt.minimize(
+            fn,
+            eqxopt.LBFGS(),
+            jnp.array(y0),
+            rtol=1e-10,
+            atol=1e-10,
+            max_steps=3000,
+            throw=throw,
+        )
+
+    sol = solve(throw=False)
     if fn is _brown and sol.result == eqxopt.RESULTS.successful:
         assert float(sol.loss) == 0.0
     else:
-        assert sol.result == limit
+        assert sol.result == eqxopt.RESULTS.precision_limit
         with pytest.raises(eqx.EquinoxRuntimeError, match="precision_limit"):
-            eqxopt.minimize(
-                fn,
-                eqxopt.LBFGS(),
-                jnp.array(y0),
-                rtol=1e-10,
-                atol=1e-10,
-                max_steps=3000,
-            )
+            solve(throw=True)
     assert int(sol.stats["num_fevals"]) <= max_fevals
 
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
 from .._base import AbstractOptimizer, child_update, scalar_hyperparams
@@ -19,7 +19,9 @@ from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Up
 from .._matrix import (
     check_dimension_numbers,
     check_spread,
+    explicit_sharding,
     find_spread,
+    gathered,
     matrix_view,
     MatrixView,
     mesh_of,
@@ -252,16 +254,6 @@ def _default_mask(p) -> bool:
     return p.ndim == 2
 
 
-def _explicit_sharding(x):
-    """`x`'s sharding if it is sharded over explicit mesh axes (sharding in types),
-    else `None`. (With automatic axes, GSPMD places the matmuls itself.)"""
-    sharding = getattr(jax.typeof(x), "sharding", None)
-    spec = getattr(sharding, "spec", None)
-    if spec is None or all(s is None for s in spec):
-        return None
-    return sharding
-
-
 def _orthogonalize(
     inputs: list,
     matrices: list[MatrixView],
@@ -277,10 +269,8 @@ def _orthogonalize(
     for x, mat in zip(inputs, matrices):
         # Explicitly sharded leaves are gathered for the iteration (whose matmuls
         # would otherwise need an output sharding) and re-sharded afterwards.
-        sharding = _explicit_sharding(x)
-        if sharding is not None:
-            x = jax.sharding.reshard(x, NamedSharding(sharding.mesh, P()))
-        shardings.append(sharding)
+        shardings.append(explicit_sharding(x))
+        x = gathered(x)
         s = mat.to_view(x)
         tall = s.shape[-2] > s.shape[-1]
         stacks.append(jnp.swapaxes(s, -1, -2) if tall else s)
@@ -947,7 +937,7 @@ class NorMuon(_AbstractMuon[NorMuonState]):
         nu_new = rows.from_view(v).astype(nu.dtype)
         # With explicit mesh axes `v` follows `o`'s sharding; keep `nu`'s own (rule 5).
         target = getattr(jax.typeof(nu), "sharding", None)
-        if _explicit_sharding(nu_new) is not None and isinstance(target, NamedSharding):
+        if explicit_sharding(nu_new) is not None and isinstance(target, NamedSharding):
             nu_new = jax.sharding.reshard(nu_new, target)
         return view.from_view(y), nu_new
 
