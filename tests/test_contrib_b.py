@@ -52,6 +52,61 @@ def test_transparent_sam_needs_no_extra_argument():
     assert jtu.tree_structure(updates) == jtu.tree_structure(params)
 
 
+# --- SAM: the unused optimizer's step -------------------------------------------------
+
+# The adversarial optimizers of two SAMs: stateless (the paper's: SAM computes both
+# steps and selects one) and with a momentum buffer (SAM runs only the step it needs,
+# in a `lax.cond`).
+_SAM_ADV = {
+    "stateless": lambda: eqxopt.Chain(eqxopt.Normalize(), eqxopt.SGD(0.05)),
+    "momentum": lambda: eqxopt.Chain(
+        eqxopt.Normalize(), eqxopt.SGD(0.05, momentum=0.5)
+    ),
+}
+
+
+@pytest.mark.parametrize("adv", list(_SAM_ADV))
+def test_sam_unused_step_nan_does_not_leak(adv):
+    # A zero gradient at the outer step: the adversarial optimizer's normalisation
+    # divides 0 by 0 there. That step is not used, so the update is the outer SGD's
+    # (back to the cached params, then -lr * 0): finite. Optax blends the two steps by
+    # multiplying with 0 and 1, so its update is NaN.
+    params = make_params()
+    grads = random_like(jr.key(1), params)
+    zeros = jtu.tree_map(jnp.zeros_like, params)
+    opt = eqxopt.SAM(eqxopt.SGD(0.1), _SAM_ADV[adv]())
+    step = eqx.filter_jit(opt.step)
+    state = opt.init(params)
+    adv_params, state = step(params, grads, state)  # the adversarial step
+    outer_params, state = step(adv_params, zeros, state)  # the outer step
+    for p, q in zip(jtu.tree_leaves(params), jtu.tree_leaves(outer_params)):
+        # `adv_params + (params - adv_params + 0)`: equal up to the rounding of the
+        # subtraction and the addition.
+        np.testing.assert_allclose(q, p, rtol=0, atol=1e-6)
+
+    tx = optax.contrib.sam(
+        optax.sgd(0.1), optax.chain(optax.contrib.normalize(), optax.sgd(0.05))
+    )
+    with jax.numpy_dtype_promotion("standard"):  # Optax is not strict-clean
+        s = tx.init(params)
+        _, s = tx.update(grads, s, params)
+        u, _ = tx.update(zeros, s, adv_params)
+    assert all(jnp.isnan(x).all() for x in jtu.tree_leaves(u))
+
+
+@pytest.mark.parametrize("adv", list(_SAM_ADV))
+def test_sam_cond_only_when_an_optimizer_has_state_buffers(adv):
+    # Performance contract (benchmarks/update.py, issue 17): with no state buffer to
+    # skip, SAM selects between the two steps, which XLA fuses with the caller's
+    # `apply_updates`; a `lax.cond` would cost one more pass over the params (1.2-1.5x
+    # Optax's step time on CPU). With buffers, the `cond` skips reading and writing
+    # them on the steps that do not use them.
+    params = make_params()
+    opt = eqxopt.SAM(eqxopt.SGD(0.1), _SAM_ADV[adv]())
+    jaxpr = str(jax.make_jaxpr(opt.update)(params, opt.init(params), params))
+    assert ("cond[" in jaxpr) == (adv == "momentum")
+
+
 # --- ReduceOnPlateau ------------------------------------------------------------------
 
 
