@@ -357,21 +357,23 @@ def human(n: float) -> str:
     return str(int(n))
 
 
-def random_array(key, shape, dtype=jnp.float32):
-    return jax.random.normal(key, shape, jnp.float32).astype(dtype)
+def random_array(seed: int, shape, dtype=jnp.float32, scale: float = 1.0):
+    """Normal entries of standard deviation `scale`, drawn by NumPy on the host:
+    `jax.random` (or any eager JAX op) would compile one program per shape, and a
+    transformer's tree has dozens."""
+    x = np.random.default_rng(seed).standard_normal(shape, dtype=np.float32)
+    return jnp.asarray(x * np.float32(scale) if scale != 1.0 else x, dtype=dtype)
 
 
 def params_and_grads(shapes: dict[str, tuple[int, ...]]):
     """Random float32 params (each matrix scaled by 1/sqrt(fan-in)) and grads of these
     shapes."""
-    keys = jax.random.split(jax.random.key(0), 2 * len(shapes))
     params = {
-        k: random_array(keys[i], s) / (s[-1] ** 0.5)
+        k: random_array(i, s, scale=s[-1] ** -0.5)
         for i, (k, s) in enumerate(shapes.items())
     }
     grads = {
-        k: random_array(keys[len(shapes) + i], s)
-        for i, (k, s) in enumerate(shapes.items())
+        k: random_array(len(shapes) + i, s) for i, (k, s) in enumerate(shapes.items())
     }
     return params, grads
 

@@ -178,8 +178,8 @@ def run_size(n_params, args):
     # The matmul's output is its next input (so that timing blocks on it); `b` is
     # orthogonal, so the values neither grow nor vanish over the calls.
     n = args.matmul_size
-    a = C.random_array(jax.random.key(1), (n, n))
-    b, _ = jnp.linalg.qr(C.random_array(jax.random.key(2), (n, n)))
+    a = C.random_array(1, (n, n))
+    b, _ = jnp.linalg.qr(C.random_array(2, (n, n)))
     add("matmul", lambda a, b: (a @ b, b), (a, b), (0,))
 
     add_opt("AdamW", eqxopt.AdamW(1e-3))

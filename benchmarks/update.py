@@ -102,18 +102,18 @@ def build(treedef, groups, base: dict, seed: int = 0):
         if g is None:
             return None
         if isinstance(g, tuple):
-            return C.random_array(jax.random.key(seed * 1000 + i), g[1])
+            return C.random_array(seed * 1000 + i, g[1])
         return {n: jnp.array(base[n], copy=True) for n, _ in g}
 
     return jtu.tree_unflatten(treedef, [leaf(i, g) for i, g in enumerate(groups)])
 
 
 def base_arrays(shapes: dict, kind: str, seed: int):
-    key = jax.random.key(seed)
     if kind == "flat":
-        return {"flat": C.random_array(key, (C.count(shapes),))}
-    keys = jax.random.split(key, len(shapes))
-    return {n: C.random_array(k, s) for k, (n, s) in zip(keys, shapes.items())}
+        return {"flat": C.random_array(seed, (C.count(shapes),))}
+    return {
+        n: C.random_array(seed * 1000 + i, s) for i, (n, s) in enumerate(shapes.items())
+    }
 
 
 def leaf_shapes(tree):
