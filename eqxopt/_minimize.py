@@ -508,12 +508,33 @@ def _jit_body(dynamic, static, *rest):
 
 
 # The solve is a loop of small, mostly scalar kernels: XLA's CPU compile time is
-# dominated by code generation for each of them, which its older (non-MLIR) fusion
-# emitters do about twice as fast, with the same run time. The option exists in the
-# XLA of the jaxlib versions below (other backends ignore it); other versions compile
-# with XLA's defaults.
+# dominated by LLVM code generation for each of them (about 60% of it on Rosenbrock
+# 10, the HLO passes most of the rest). Two per-computation options (other backends
+# ignore them; they exist in the XLA of the jaxlib versions below, other versions
+# compile with XLA's defaults):
+# - XLA's older (non-MLIR) fusion emitters generate this code about twice as fast,
+#   with the same run time;
+# - the LLVM module is compiled whole (`split_count` 1) instead of split into parts
+#   compiled on parallel threads: splitting saves no CPU time on a program of a few
+#   dozen small kernels, it adds per-part overhead. Measured on the nine unbounded
+#   benchmark problems (2-core shared CPU, CPU time): XLA compilation 15-25% shorter
+#   (Rosenbrock 10: 425 -> 325 ms, logistic 500x20: 710 -> 610 ms), the same run
+#   time on the 10,000-variable bounded problem, Rosenbrock 1000 and the quadratic
+#   (medians of 11 runs within 5%). The same evaluations and solutions on all 17
+#   unbounded and bounded benchmark problems but one, where LLVM's code for one
+#   module differs from that for its parts in a last bit (inlining, multiply-add
+#   contraction): Rosenbrock 10's solution moved by 2e-12. The test suite compiles
+#   with it.
+#   Not used: `xla_llvm_disable_expensive_passes` and copy insertion's region
+#   analysis (no measurable gain); `xla_backend_optimization_level=1` (a third less
+#   compilation per reduction over 100 or more elements, but other rounding: other
+#   iterates on 4 of 5 problems, and the 10,000-variable solve 8% slower); and
+#   level 0 (40% less compilation, runs up to 9x slower).
 _CPU_OPTIONS = (
-    {"xla_cpu_use_fusion_emitters": False}
+    {
+        "xla_cpu_use_fusion_emitters": False,
+        "xla_cpu_parallel_codegen_split_count": 1,
+    }
     if (0, 5, 0) <= jax.__version_info__ < (0, 11, 0)
     else {}
 )
@@ -602,7 +623,8 @@ def minimize(
     `lax.cond`, through which XLA would copy the whole state). It is compiled once per
     `fn`, optimizer structure and input shapes (as `equinox.filter_jit`: arrays
     traced, everything else static), with XLA's older CPU fusion emitters, which
-    compile this loop of small kernels about twice as fast; `fn` is traced once per
+    compile this loop of small kernels about twice as fast, as one LLVM module (15-25%
+    less compilation than split across threads); `fn` is traced once per
     compilation (the evaluations at `y0` and in the line search share the trace).
 
     **Arguments:**
