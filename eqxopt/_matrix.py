@@ -18,9 +18,11 @@ function names are stable (other optimizer modules import them):
 - [`eigh_inverse_pth_root`][]: the same root through `eigh`;
 - [`every_k`][]: `lax.cond(count % k == 0, refresh, keep, ...)`;
 - [`newton_schulz`][]: Muon's quintic Newton-Schulz orthogonalization;
-- [`find_spread`][], [`spread_map`][]: the per-matrix work of different leaves,
-    stacked by shape and split over the devices of the params' mesh (the `spread`
-    option of SOAP, Shampoo, Kron, Muon and NorMuon);
+- [`find_spread`][], [`spread_map`][], [`map_stack`][]: the per-matrix work of
+    different leaves, stacked by shape (one copy per shape in the compiled program;
+    `vmap`-ed on accelerators, a `lax.map` loop on CPU) and split over the devices
+    of the params' mesh (the `spread` option of SOAP, Shampoo, Kron, Muon and
+    NorMuon);
 - [`explicit_sharding`][], [`gathered`][], [`take`][]: what ops whose output sharding
     cannot be inferred need on `Explicit` mesh axes.
 """
@@ -690,17 +692,21 @@ def spread_map(
     group: bool = False,
 ) -> list:
     """`[fn(static, shared, *operands) for static, operands in tasks]`, with the work
-    of different tasks spread over the devices of `spread`'s mesh axes.
+    of same-shape tasks stacked (one copy of `fn` per shape in the compiled program)
+    and, with a `spread`, split over the devices of `spread`'s mesh axes.
 
     Tasks with the same `static` (hashable) and the same operand shapes and dtypes
-    form a group. With a `spread`, each group's operands are stacked along a new
-    leading axis, the stack is padded (with copies of its first task) to a multiple of
-    the number of devices and split over `spread.axes`, and under `jax.shard_map`
-    each device runs `jax.vmap(fn)` on its own share of the tasks: no collective
-    between the split and the results, so a data-dependent loop in `fn` stops on each
-    device's own matrices. The results are then replicated (all-gathered) and
-    unstacked, so each task's results are what `fn` gives it alone (up to the
-    reassociation a batched kernel may do).
+    form a group. Each group of two or more tasks has its operands stacked along a
+    new leading axis and `fn` mapped over the stack (see [`map_stack`][]: `jax.vmap`
+    on accelerators, a `lax.map` loop on CPU), so the compiled program holds one copy
+    of `fn` per group instead of one per task (a model's many same-shape matrices
+    compile once). With a `spread`, every group's stack is padded (with copies of its
+    first task) to a multiple of the number of devices and split over `spread.axes`,
+    and under `jax.shard_map` each device maps `fn` over its own share of the tasks:
+    no collective between the split and the results, so a data-dependent loop in
+    `fn` stops on each device's own matrices. The results are then replicated
+    (all-gathered) and unstacked, so each task's results are what `fn` gives it alone
+    (up to the reassociation a batched kernel may do on accelerators).
 
     `shared` (a PyTree, e.g. hyperparameters) is passed to every call unbatched
     (replicated). `fn` must take every traced array it uses from its arguments, never
@@ -710,10 +716,10 @@ def spread_map(
     `batched=True` says that each operand already has a leading batch axis (of any
     size per task) and that `fn` maps over it itself (Muon's `(batch, m, n)`
     stacks): groups are concatenated along that axis instead of stacked, and `fn` is
-    called on the concatenation. Without a `spread`, each task is computed alone, or,
-    with `batched=True` and `group=True`, one call per concatenated group.
+    called on the concatenation. Without a `spread`, `batched=True` tasks are computed
+    alone, or, with `group=True`, one call per concatenated group.
     """
-    if spread is None and not (batched and group):
+    if spread is None and batched and not group:
         return [fn(static, shared, *operands) for static, operands in tasks]
     groups: dict[Any, list[int]] = {}
     for i, (static, operands) in enumerate(tasks):
@@ -729,12 +735,12 @@ def spread_map(
         join = jnp.concatenate if batched else jnp.stack
         stacks = [join([tasks[i][1][k] for i in members]) for k in range(n_ops)]
         sizes = [tasks[i][1][0].shape[0] if batched else 1 for i in members]
+        call = functools.partial(fn, static)
+        if not batched:
+            call = map_stack(call)
         if spread is None:
-            out = fn(static, shared, *stacks)
+            out = call(shared, *stacks)
         else:
-            call = functools.partial(fn, static)
-            if not batched:
-                call = jax.vmap(call, in_axes=(None,) + (0,) * n_ops)
             out = _spread_call(call, shared, stacks, spread)
         start = 0
         for i, size in zip(members, sizes):
@@ -746,14 +752,52 @@ def spread_map(
     return results
 
 
+def batched_kernels() -> bool:
+    """Whether [`map_stack`][] maps with `jax.vmap` (one batched kernel per op: what
+    accelerators want) rather than `lax.map` (a loop of unbatched ones): off CPU only.
+
+    On CPU a batched LAPACK custom call (eigh, QR, Cholesky, triangular solve of a
+    `vmap`-ed stack) splits its batch into chunks, schedules them on XLA's intra-op
+    thread pool and blocks its thread until they finish (`ParallelBatchMap` in
+    jaxlib's `jaxlib/cpu/lapack_kernels.cc`, waiting on an `absl::BlockingCounter`).
+    XLA's CPU runtime runs the program's own thunks on that same pool, so a batched
+    call issued from a pool thread can wait on tasks that no free thread is left to
+    run. A run of `benchmarks/lm.py --quick` with stacks `vmap`-ed on CPU deadlocked
+    on a 2-core machine (gdb: every thread waiting, one in `ParallelBatchMap`). An
+    unbatched call runs its matrix on its own thread and schedules nothing; the
+    batched kernel only loops over its matrices too (in `lm.py --quick`, SOAP's,
+    Shampoo's and Kron's training times were unchanged).
+    """
+    return jax.default_backend() != "cpu"
+
+
+def map_stack(call: Callable) -> Callable:
+    """`call(shared, *operands)` for one task, made into `mapped(shared, *stacks)`
+    for a stack of tasks (operands stacked along a new leading axis, `shared` passed
+    to every call): `jax.vmap` where [`batched_kernels`][], else `lax.map`, one
+    unbatched call per task in a loop (one copy of `call` in the program either
+    way). A data-dependent loop in `call` stops on each task's own matrix with
+    `lax.map`, and when every task's has with `jax.vmap`."""
+    vmap = batched_kernels()
+
+    def mapped(shared, *stacks):
+        if vmap:
+            axes = (None,) + (0,) * len(stacks)
+            return jax.vmap(call, in_axes=axes)(shared, *stacks)
+        return jax.lax.map(lambda operands: call(shared, *operands), stacks)
+
+    return mapped
+
+
 def _spread_call(call: Callable, shared: Any, stacks: list[Array], spread: Spread):
     """`call(shared, *stacks)` with the stacks' leading axis split over `spread`'s axes
     and the results replicated.
 
     Each device computes its share under `jax.shard_map` (manual over `spread.axes`):
     its program holds no collective between the split and the all-gather of the
-    results. In particular a data-dependent loop of `call` (Shampoo's inverse roots, a
-    batched `while_loop`) runs on each device's own matrices with a local predicate.
+    results. In particular a data-dependent loop of `call` (Shampoo's inverse roots: a
+    batched `while_loop`, or on CPU one per matrix inside [`map_stack`][]'s
+    `lax.map`) runs on each device's own matrices with a local predicate.
     Split by sharding constraints instead, XLA's partitioner makes a batched loop's
     predicate global: one all-reduce per iteration of every loop, across all devices
     (and processes), with nothing gained (the vmapped loop keeps each matrix's result

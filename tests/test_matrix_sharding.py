@@ -49,36 +49,82 @@ def _tree(key, leaves=LEAVES, size=SIZE):
 
 # --- the matrix work in a compiled (per-device) program -------------------------------
 
-_DEF = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+) = \w+\[([\d,]*)\]")
+_DEF = re.compile(r"^\s*(?:ROOT\s+)?(%[\w.\-]+) = \(?\w+\[([\d,]*)\]")
 _OP = re.compile(r"\s(dot|custom-call|triangular-solve)\((%[\w.\-]+)")
+_LAPACK = re.compile(r'custom_call_target="[^"]*(syevd|heevd|geqrf|orgqr|ungqr|trsm)')
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_CALLED = re.compile(
+    r"(?:condition|body|to_apply|calls|true_computation|false_computation"
+    r"|branch_computations)=\{?([%\w.\-, ]+)\}?"
+)
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+
+
+def computations(hlo: str) -> tuple[dict[str, list[str]], str]:
+    """The computations of an HLO module's text (name -> its instructions' lines) and
+    the name of its entry computation."""
+    found: dict[str, list[str]] = {}
+    current, entry = None, ""
+    for line in hlo.splitlines():
+        m = _COMPUTATION.match(line)
+        if m is not None and not line.startswith(" "):
+            current = found.setdefault(m.group(1), [])
+            entry = m.group(1) if line.startswith("ENTRY") else entry
+        elif current is not None and line.startswith(" "):
+            current.append(line)
+    return found, entry
+
+
+def runs(hlo: str) -> dict[str, int]:
+    """How many times each computation of a compiled HLO module runs per call of its
+    entry: a `while` loop's condition and body run its known trip count times (a
+    `lax.scan` or `lax.map`), once if it has none (a data-dependent loop); every
+    other called computation (fusions, branches) once per run of its caller."""
+    comps, entry = computations(hlo)
+    count = dict.fromkeys(comps, 0)
+
+    def visit(name, times):
+        if name not in comps:
+            return
+        count[name] += times
+        for line in comps[name]:
+            trip = _TRIP_COUNT.search(line) if re.search(r"\swhile\(", line) else None
+            for m in _CALLED.finditer(line):
+                for called in m.group(1).split(","):
+                    n = int(trip.group(1)) if trip is not None else 1
+                    visit(called.strip().lstrip("%"), times * n)
+
+    visit(entry, 1)
+    return count
 
 
 def matrix_work(hlo: str) -> float:
     """The matrix work of a compiled HLO module, per device: for each `dot`, twice the
     output size times the contracted size (its FLOPs); for each eigh, QR or
     triangular solve (custom calls into LAPACK, or `triangular-solve`), `b * n**3` for
-    a `(b, ..., n, n)` first operand. Ops inside loops count once: the programs
-    compared run the same loops, one per matrix or one per stack."""
+    a `(b, ..., n, n)` first operand; each times the number of times its computation
+    runs (see `runs`: the iterations of a `lax.map` over a stack count, those of a
+    data-dependent loop count once, as the programs compared run the same ones)."""
     shapes = {}
     for line in hlo.splitlines():
         m = _DEF.match(line)
         if m is not None:
             shapes[m.group(1)] = tuple(int(d) for d in m.group(2).split(",") if d)
+    comps, _ = computations(hlo)
     total = 0.0
-    for line in hlo.splitlines():
-        m, op = _DEF.match(line), _OP.search(line)
-        if m is None or op is None:
-            continue
-        out, first = shapes[m.group(1)], shapes[op.group(2)]
-        if op.group(1) == "dot":
-            c = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
-            contracted = [int(d) for d in c.group(1).split(",") if d] if c else []
-            k = int(np.prod([first[d] for d in contracted]))
-            total += 2.0 * float(np.prod(out)) * k
-        elif op.group(1) == "triangular-solve" or re.search(
-            r'custom_call_target="[^"]*(syevd|heevd|geqrf|orgqr|ungqr|trsm)', line
-        ):
-            total += float(np.prod(first[:-2])) * first[-1] ** 3
+    for name, times in runs(hlo).items():
+        for line in comps[name]:
+            m, op = _DEF.match(line), _OP.search(line)
+            if m is None or op is None:
+                continue
+            out, first = shapes[m.group(1)], shapes[op.group(2)]
+            if op.group(1) == "dot":
+                c = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", line)
+                contracted = [int(d) for d in c.group(1).split(",") if d] if c else []
+                k = int(np.prod([first[d] for d in contracted]))
+                total += times * 2.0 * float(np.prod(out)) * k
+            elif op.group(1) == "triangular-solve" or _LAPACK.search(line):
+                total += times * float(np.prod(first[:-2])) * first[-1] ** 3
     return total
 
 
@@ -215,8 +261,9 @@ def test_state_shardings_after_update(name, getkey):
 
 def test_spread_map_pads_and_groups(getkey):
     """Mixed shapes and counts that do not divide the mesh: each group is padded to a
-    multiple of 8 and split, so each device runs one eigh per group, and every result
-    is the unspread one."""
+    multiple of 8 and split, so each device runs one eigh per group (on CPU an
+    unbatched one, see `test_stacks_issue_no_batched_lapack_call_on_cpu`), and every
+    result is the unspread one."""
     from eqxopt._matrix import eigh_basis, find_spread, spread_map
 
     def sym(key, n):
@@ -239,9 +286,57 @@ def test_spread_map_pads_and_groups(getkey):
         r"= \(f64\[([\d,]*)\].*custom_call_target=\"lapack_dsyevd",
         str(compiled.as_text()),
     )
-    assert sorted(eighs) == ["1,4,4", "1,6,6"]
+    assert sorted(eighs) == (
+        ["4,4", "6,6"] if jax.default_backend() == "cpu" else ["1,4,4", "1,6,6"]
+    )
     for a, b in zip(expected, compiled(replicated)):
         np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+
+
+def lapack_calls(hlo: str) -> list[tuple[str, tuple[int, ...]]]:
+    """The LAPACK custom calls (eigh, QR, triangular solve) of a compiled HLO module:
+    (routine, shape of the first operand) of each."""
+    shapes = {}
+    for line in hlo.splitlines():
+        m = _DEF.match(line)
+        if m is not None:
+            shapes[m.group(1)] = tuple(int(d) for d in m.group(2).split(",") if d)
+    calls = []
+    for line in hlo.splitlines():
+        op, routine = _OP.search(line), _LAPACK.search(line)
+        if op is not None and routine is not None:
+            calls.append((routine.group(1), shapes[op.group(2)]))
+    return calls
+
+
+@pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="accelerators vmap the stacks"
+)
+@pytest.mark.parametrize("spread", [False, True])
+def test_stacks_issue_no_batched_lapack_call_on_cpu(spread, getkey):
+    """Same-shape matrices are stacked, with or without a spread: the compiled program
+    holds one copy of the per-matrix work per shape, not one per leaf (SOAP on 8
+    leaves of 16x16 and 8 of 8x8: one eigh, one QR per matrix size). On CPU each
+    stack is mapped by a loop of unbatched LAPACK calls: a batched call (of a
+    `vmap`-ed stack) schedules its matrices on XLA's intra-op thread pool and blocks
+    its thread until they are done, which deadlocked a run of `benchmarks/lm.py`
+    (see `eqxopt._matrix.batched_kernels`)."""
+    params = {
+        **_tree(getkey()),
+        **{f"v{i}": w for i, w in enumerate(jax.tree.leaves(_tree(getkey(), size=8)))},
+    }
+    if spread:
+        params = jax.device_put(params, NamedSharding(_mesh(), P()))
+    opt = OPTIMIZERS["SOAP"]()
+    update = jax.jit(opt.update, compiler_options=FAST_COMPILE)
+    hlo = str(update.lower(params, opt.init(params), params).compile().as_text())
+    calls = lapack_calls(hlo)
+    # SOAP's update holds both of its refreshes of the bases: by an eigh (`syevd`,
+    # the first) and by a power iteration and a QR (`geqrf`, then `orgqr` to form Q).
+    # Every call takes one matrix: no batch axis.
+    assert sorted(calls) == sorted(
+        (routine, (n, n)) for routine in ("geqrf", "orgqr", "syevd") for n in (8, 16)
+    ), calls
 
 
 def test_spread_option():
@@ -263,11 +358,6 @@ def test_spread_option():
 
 # --- no collective inside a data-dependent loop ---------------------------------------
 
-_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
-_CALLED = re.compile(
-    r"(?:condition|body|to_apply|calls|true_computation|false_computation"
-    r"|branch_computations)=\{?([%\w.\-, ]+)\}?"
-)
 _COLLECTIVE = re.compile(
     r"\s(all-reduce|all-gather|collective-permute|all-to-all|reduce-scatter)"
     r"(-start)?\("
@@ -277,21 +367,14 @@ _COLLECTIVE = re.compile(
 def loops_with_collectives(hlo: str) -> tuple[int, list[str]]:
     """The number of `while` loops of a compiled HLO module, and the collectives run
     inside any of them (in its condition, its body, or a computation they call)."""
-    computations: dict[str, list[str]] = {}
-    current = None
-    for line in hlo.splitlines():
-        m = _COMPUTATION.match(line)
-        if m is not None and not line.startswith(" "):
-            current = computations.setdefault(m.group(1), [])
-        elif current is not None and line.startswith(" "):
-            current.append(line)
+    comps, _ = computations(hlo)
 
     def collectives(name, seen):
-        if name in seen or name not in computations:
+        if name in seen or name not in comps:
             return []
         seen.add(name)
         found = []
-        for line in computations[name]:
+        for line in comps[name]:
             if _COLLECTIVE.search(line):
                 found.append(line.strip())
             for m in _CALLED.finditer(line):
@@ -300,7 +383,7 @@ def loops_with_collectives(hlo: str) -> tuple[int, list[str]]:
         return found
 
     loops, inside = 0, []
-    for lines in computations.values():
+    for lines in comps.values():
         for line in lines:
             if re.search(r"\swhile\(", line):
                 loops += 1
