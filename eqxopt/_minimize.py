@@ -8,6 +8,7 @@ from typing import Any
 import equinox as eqx
 import equinox.internal as eqxi
 import jax
+import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
@@ -17,7 +18,7 @@ from jax.core import Tracer
 from jaxtyping import Array, Bool, Int32, PyTree
 
 from ._base import AbstractOptimizer
-from ._linesearch import AbstractLineSearchOptimizer, conj, select
+from ._linesearch import AbstractLineSearchOptimizer, cast, conj, select
 from ._misc import (
     compute_dtype,
     is_param,
@@ -61,11 +62,14 @@ def _split(fn, has_aux):
 
 
 def _max_abs(tree, dtype):
-    out = jnp.zeros((), dtype)
+    """`max |x|` over the leaves (0 if none), in `dtype`: `jnp.max(jnp.abs(x))`'s
+    primitives, bound directly (trace time)."""
+    out = np.zeros((), dtype)
     for x in jtu.tree_leaves(tree):
         if is_param(x) and x.size > 0:
-            out = jnp.maximum(out, jnp.max(jnp.abs(x)).astype(dtype))
-    return out
+            size = lax.reduce_max(lax.abs(x), tuple(range(x.ndim)))
+            out = lax.max(out, cast(size, dtype))
+    return jnp.asarray(out)
 
 
 def _all_finite(tree):
@@ -330,13 +334,12 @@ def _check(f, g, y, bounds, options):
     dtype = compute_dtype(
         f.dtype, *(jnp.finfo(x.dtype).dtype for x in _leaves(measure))
     )
-    tol = jnp.asarray(options.atol, dtype) + jnp.asarray(options.rtol, dtype) * jnp.abs(
-        f
-    ).astype(dtype)
+    atol, rtol = np.asarray(options.atol, dtype), np.asarray(options.rtol, dtype)
+    tol = lax.add(atol, lax.mul(rtol, cast(lax.abs(f), dtype)))
     size = _max_abs(measure, dtype)
-    converged = size <= tol
+    converged = lax.le(size, tol)
     if bounds is None and not any(jnp.iscomplexobj(x) for x in _leaves(g)):
-        finite = jnp.isfinite(f) & jnp.isfinite(size)
+        finite = lax.is_finite(f) & lax.is_finite(size)
     else:  # the projection may clip an infinite entry; |complex| may overflow
         finite = jnp.isfinite(f) & _all_finite(g)
     return converged, finite

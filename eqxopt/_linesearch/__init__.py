@@ -119,19 +119,28 @@ def store_dtype(tree, state_dtype=None) -> np.dtype:
     return max((real_dtype(x.dtype) for x in leaves), key=lambda d: d.itemsize)
 
 
+def cast(x, dtype):
+    """`x.astype(dtype)`, binding nothing when `x` has that dtype already."""
+    return x if x.dtype == dtype else lax.convert_element_type(x, dtype)
+
+
 def tree_vdot(a, b, dtype) -> Array:
-    """`Re <a, b>` summed over the leaves (conjugating `a`), in `dtype`."""
+    """`Re <a, b>` summed over the leaves (conjugating `a`), in `dtype`. (Real leaves
+    by `lax` primitives: the same operations as `jnp.sum(x * y)`, without the
+    `jax.numpy` wrappers' trace time.)"""
 
     def _leaf(x, y):
         cd = compute_dtype(x.dtype, y.dtype)
-        x, y = x.astype(cd), y.astype(cd)
-        return jnp.real(jnp.sum(jnp.conj(x) * y)).astype(dtype)
+        x, y = cast(x, cd), cast(y, cd)
+        if jnp.iscomplexobj(x):
+            return jnp.real(jnp.sum(jnp.conj(x) * y)).astype(dtype)
+        return cast(lax.reduce_sum(lax.mul(x, y), tuple(range(x.ndim))), dtype)
 
-    out = tree_map(_leaf, a, b, names=("a", "b"))
-    return sum(
-        (x for x in jtu.tree_leaves(out) if x is not None),
-        start=jnp.zeros((), dtype),
-    )
+    out = np.zeros((), dtype)
+    for x in jtu.tree_leaves(tree_map(_leaf, a, b, names=("a", "b"))):
+        if x is not None:
+            out = lax.add(out, x)
+    return jnp.asarray(out)
 
 
 def select(pred, a, b):
@@ -140,16 +149,34 @@ def select(pred, a, b):
     [`eqxopt.minimize`][] would otherwise repeat dozens of times. `a` and `b` are
     arrays of one shape and dtype, or one of them a Python number (taken in the
     other's dtype, as `jnp.where` does with a weakly typed number)."""
-    if not isinstance(a, (jax.Array, np.ndarray, np.generic)):
+    a, b = _no_scalar_type(a), _no_scalar_type(b)
+    if not isinstance(a, (jax.Array, np.ndarray)):
         b = jnp.asarray(b)
-        a = lax.full_like(b, a)
-    elif not isinstance(b, (jax.Array, np.ndarray, np.generic)):
-        a = jnp.asarray(a)
-        b = lax.full_like(a, b)
-    a, b = jnp.asarray(a), jnp.asarray(b)
-    if a.dtype != b.dtype or a.shape != b.shape or jnp.shape(pred) != ():
+        a = constant(a, b)
+    elif not isinstance(b, (jax.Array, np.ndarray)):
+        b = constant(b, a)
+    if a.dtype != b.dtype or a.shape != b.shape or np.shape(pred) != ():
         return jnp.where(pred, a, b)
-    return lax.select(jnp.asarray(pred, bool), a, b)
+    pred = _no_scalar_type(pred)
+    if not (isinstance(pred, (jax.Array, np.ndarray)) and pred.dtype == bool):
+        pred = jnp.asarray(pred, bool)
+    return lax.select(pred, a, b)
+
+
+def _no_scalar_type(x):
+    """A NumPy scalar as a 0-d NumPy array (an array, not a Python number)."""
+    return np.asarray(x) if isinstance(x, np.generic) else x
+
+
+def constant(value, like):
+    """The Python number `value` in `like`'s dtype and shape, as `lax.full_like`; for
+    a scalar `like`, a NumPy scalar (a literal in the trace: nothing to bind) where
+    NumPy's conversion gives the same number (always for 0, 1, inf and NaN)."""
+    if np.shape(like) == ():
+        out = np.asarray(value, like.dtype)
+        if out == value or (out != out and value != value):
+            return out
+    return lax.full_like(like, value)
 
 
 # `x[i]` and `x.at[i].set(v)` for an index known to be in range: without the code

@@ -19,8 +19,10 @@ from .._misc import (
 from . import (
     AbstractLineSearch,
     AbstractLineSearchState,
+    cast,
     cast_like,
     concrete_item,
+    constant,
     evaluate,
     LineSearchResult,
     scalar_dtype,
@@ -88,7 +90,7 @@ def _where(pred, x, value, invert=False):
     """`jnp.where(pred, x, value)` (`invert`: `jnp.where(pred, value, x)`) for a scalar
     `x` and a Python number `value`, as one `select` (`jnp.where` traces a nested
     `jit` per call: tracing and lowering time)."""
-    const = lax.full_like(x, value)
+    const = constant(value, x)
     return lax.select(pred, const, x) if invert else lax.select(pred, x, const)
 
 
@@ -106,8 +108,8 @@ def _cubicmin(a, fa, fpa, b, fb, c, fc):
     A = (dc**2 * x1 - db**2 * x2) / denom
     B = (-(dc**3) * x1 + db**3 * x2) / denom
     radical = B * B - 3 * A * C
-    ok = ok & (radical >= 0) & (A != 0) & jnp.isfinite(radical)
-    root = jnp.sqrt(_where(ok, radical, 0))
+    ok = ok & (radical >= 0) & (A != 0) & lax.is_finite(radical)
+    root = lax.sqrt(_where(ok, radical, 0))
     xmin = a + (-B + root) / (3 * _where(ok, A, 1))
     return _where(ok, xmin, jnp.nan)
 
@@ -119,8 +121,8 @@ def _hermitemin(a, fa, fpa, b, fb, fpb):
     ok = diff != 0
     d1 = fpa + fpb - 3 * (fa - fb) / _where(ok, diff, 1)
     radical = d1 * d1 - fpa * fpb
-    ok = ok & (radical >= 0) & jnp.isfinite(radical)
-    d2 = jnp.sign(b - a) * jnp.sqrt(_where(ok, radical, 0))
+    ok = ok & (radical >= 0) & lax.is_finite(radical)
+    d2 = lax.sign(b - a) * lax.sqrt(_where(ok, radical, 0))
     denom = fpb - fpa + 2 * d2
     ok = ok & (denom != 0)
     xmin = b - (b - a) * (fpb + d2 - d1) / _where(ok, denom, 1)
@@ -134,7 +136,7 @@ def _quadmin(a, fa, fpa, b, fb):
     ok = db != 0
     db = _where(ok, db, 1)
     B = (fb - fa - fpa * db) / db**2
-    ok = ok & (B != 0) & jnp.isfinite(B)
+    ok = ok & (B != 0) & lax.is_finite(B)
     xmin = a - fpa / (2 * _where(ok, B, 1))
     return _where(ok, xmin, jnp.nan)
 
@@ -154,6 +156,9 @@ def _field(v, name):
 
 
 def _unpack(v, names=_FIELDS):
+    if names is _FIELDS:  # every field: one `split` (fewer primitives to trace)
+        parts = lax.split(v, (1,) * len(_FIELDS))
+        return {name: lax.squeeze(x, (0,)) for name, x in zip(_FIELDS, parts)}
     return {name: _field(v, name) for name in names}
 
 
@@ -161,17 +166,16 @@ def _pack(d, dtype):
     # A chain of elementwise selects on one vector (not `jnp.stack`, which XLA splits
     # into one kernel per element): it fuses into a single kernel.
     n = len(_FIELDS)
-    out = jnp.zeros((n,), dtype)
+    out = np.zeros((n,), dtype)
     for k, name in enumerate(_FIELDS):
-        value = lax.broadcast(jnp.asarray(d[name]).astype(dtype), (n,))
-        out = lax.select(jnp.asarray(_MASKS[k]), value, out)
+        out = lax.select(_MASKS[k], lax.broadcast(cast(d[name], dtype), (n,)), out)
     return out
 
 
 def _clip(x, lower, upper):
     """`jnp.clip(x, lower, upper)` (its operations, in its order) without its nested
     `jit`."""
-    return jnp.minimum(upper, jnp.maximum(lower, x))
+    return lax.min(upper, lax.max(lower, x))
 
 
 _MASKS = np.eye(len(_FIELDS), dtype=bool)  # NumPy: constants, not kernels
@@ -188,9 +192,9 @@ def _extrapolate(c, herm):
     t, lo, s, s_lo = c["t"], c["lo"], c["s"], c["s_lo"]
     step = t - lo
     herm = _where(herm > t, herm, jnp.inf)  # no minimiser beyond `t` (or NaN): far
-    shrinks = jnp.abs(s) < jnp.abs(s_lo)
+    shrinks = lax.abs(s) < lax.abs(s_lo)
     secant = t + s * step / _where(shrinks, s_lo - s, 1)
-    far = _where(shrinks, jnp.maximum(herm, secant), jnp.inf)
+    far = _where(shrinks, lax.max(herm, secant), jnp.inf)
     return _clip(far, t + 1.1 * step, t + 4 * step)
 
 
@@ -326,21 +330,21 @@ class Zoom(AbstractLineSearch[ZoomState]):
             t_max = scalar(self.max_step_size, dtype)
         if max_step is not None:
             bound = jnp.asarray(max_step).astype(dtype)
-            t_max = bound if t_max is None else jnp.minimum(t_max, bound)
+            t_max = bound if t_max is None else lax.min(t_max, bound)
         c1, c2 = scalar(self.c1, dtype), scalar(self.c2, dtype)
         increase = scalar(self.increase_factor, dtype)
         threshold = scalar(self.interval_threshold, dtype)
-        zero = jnp.zeros((), dtype)
+        zero, one = np.zeros((), dtype), np.ones((), dtype)
         grad = cast_like(grad, state.grad)
         f0 = jnp.real(jnp.asarray(value)).astype(dtype)
         s0 = slope(grad, direction, dtype)
         if self.initial_step == "one":
-            t0 = jnp.ones((), dtype)
+            t0 = one
         else:
             previous = state.step_size.astype(dtype)
-            t0 = select(previous > 0, previous, jnp.ones((), dtype))
+            t0 = select(previous > 0, previous, one)
         if t_max is not None:
-            t0 = jnp.minimum(t0, t_max)
+            t0 = lax.min(t0, t_max)
 
         def errors(t, f, s):
             decrease = f - f0 - c1 * t * s0
@@ -350,26 +354,25 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 # where rounding in the values would decide it.
                 eps = scalar(self.approx_dec_rtol, dtype)
                 approx = s - (2 * c1 - 1) * s0
-                near = f - f0 - eps * jnp.abs(f0)
-                noisy = c1 * jnp.abs(t * s0) <= eps * jnp.abs(f0)
+                near = f - f0 - eps * lax.abs(f0)
+                noisy = c1 * lax.abs(t * s0) <= eps * lax.abs(f0)
                 decrease = select(
-                    noisy, jnp.minimum(jnp.maximum(approx, near), decrease), decrease
+                    noisy, lax.min(lax.max(approx, near), decrease), decrease
                 )
-            decrease = jnp.maximum(decrease, 0)
-            decrease = _where(jnp.isnan(decrease), decrease, jnp.inf, invert=True)
-            curvature = jnp.maximum(jnp.abs(s) - c2 * jnp.abs(s0), 0)
-            curvature = _where(jnp.isnan(curvature), curvature, jnp.inf, invert=True)
-            return decrease, jnp.maximum(decrease, curvature)
+            decrease = lax.max(decrease, zero)
+            decrease = _where(decrease != decrease, decrease, jnp.inf, invert=True)
+            curvature = lax.max(lax.abs(s) - c2 * lax.abs(s0), zero)
+            curvature = _where(curvature != curvature, curvature, jnp.inf, invert=True)
+            return decrease, lax.max(decrease, curvature)
 
-        start_ok = jnp.isfinite(f0) & jnp.isfinite(s0) & (s0 < 0)
-        one = jnp.ones((), dtype)
+        start_ok = lax.is_finite(f0) & lax.is_finite(s0) & (s0 < 0)
         init = _pack(
             dict(
                 i=zero,
                 t=zero,
                 f=f0,
                 s=s0,
-                err=jnp.full((), jnp.inf, dtype),
+                err=np.full((), np.inf, dtype),
                 lo=zero,
                 f_lo=f0,
                 s_lo=s0,
@@ -383,9 +386,9 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 bracketed=zero,
                 done=zero,
                 failed=select(start_ok, zero, one),
-                nonfinite=select(jnp.isfinite(f0) & jnp.isfinite(s0), zero, one),
-                w1=jnp.full((), jnp.inf, dtype),
-                w2=jnp.full((), jnp.inf, dtype),
+                nonfinite=select(lax.is_finite(f0) & lax.is_finite(s0), zero, one),
+                w1=np.full((), np.inf, dtype),
+                w2=np.full((), np.inf, dtype),
             ),
             dtype,
         )
@@ -410,16 +413,17 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 t_next = _extrapolate(c, herm)
             t_bracket = select(c["i"] == 0, t0, t_next)
             if t_max is not None:
-                t_bracket = jnp.minimum(t_bracket, t_max)
-            delta = jnp.abs(hi - lo)
-            left, right = jnp.minimum(lo, hi), jnp.maximum(lo, hi)
+                t_bracket = lax.min(t_bracket, t_max)
+            delta = lax.abs(hi - lo)
+            left, right = lax.min(lo, hi), lax.max(lo, hi)
             cubic = _cubicmin(
                 lo, c["f_lo"], c["s_lo"], hi, c["f_hi"], c["ref"], c["f_ref"]
             )
             use_cubic = (cubic > left + 0.2 * delta) & (cubic < right - 0.2 * delta)
             quad = _quadmin(lo, c["f_lo"], c["s_lo"], hi, c["f_hi"])
             use_quad = (quad > left + 0.1 * delta) & (quad < right - 0.1 * delta)
-            middle = select(use_cubic, cubic, select(use_quad, quad, (lo + hi) / 2))
+            bisect = (lo + hi) / 2
+            middle = select(use_cubic, cubic, select(use_quad, quad, bisect))
             # First choice: the cubic matching the values and slopes at both ends
             # (both are known), kept inside the interval but not away from its ends
             # (as MINPACK's dcstep): a minimiser close to an end is tried where it
@@ -430,7 +434,7 @@ class Zoom(AbstractLineSearch[ZoomState]):
             inside = (herm > left) & (herm < right)  # not NaN, not rounded to an end
             middle = select(inside, herm, middle)
             slow = delta >= 0.66 * c["w2"]
-            middle = select(slow, (lo + hi) / 2, middle)
+            middle = select(slow, bisect, middle)
             return select(zooming, middle, t_bracket)
 
         def cond(carry):
@@ -446,10 +450,6 @@ class Zoom(AbstractLineSearch[ZoomState]):
             sufficient = decrease <= 0
             wolfe = err <= 0
             zooming = c["bracketed"] > 0
-            if t_max is not None:
-                max_reached = ~zooming & (t >= t_max)
-            else:
-                max_reached = jnp.zeros((), bool)
             # Bracketing phase: the new point becomes `hi`, or `lo` (and the previous
             # point `hi`), or the bracket is not found yet.
             high_is_new = (decrease > 0) | ((f >= c["f"]) & (c["i"] > 0))
@@ -486,12 +486,16 @@ class Zoom(AbstractLineSearch[ZoomState]):
             )
             take_safe = pick(sufficient & (f < c["safe_f"]), sufficient)
             safe_t = select(take_safe, t, c["safe_t"])
-            done = pick(wolfe, wolfe | (max_reached & ~b_bracketed))
+            if t_max is None:
+                done = wolfe
+            else:
+                max_reached = ~zooming & (t >= t_max)
+                done = pick(wolfe, wolfe | (max_reached & ~b_bracketed))
             too_small = (
-                zooming & (jnp.abs(c["hi"] - c["lo"]) <= threshold) & (safe_t > 0)
+                zooming & (lax.abs(c["hi"] - c["lo"]) <= threshold) & (safe_t > 0)
             )
             failed = ((c["i"] + 1 >= self.max_steps) | too_small) & ~done
-            nonfinite = (c["nonfinite"] > 0) | ~jnp.isfinite(f) | ~jnp.isfinite(s)
+            nonfinite = (c["nonfinite"] > 0) | ~lax.is_finite(f) | ~lax.is_finite(s)
             new = dict(
                 i=c["i"] + 1,
                 t=t,
@@ -514,7 +518,7 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 nonfinite=nonfinite,
                 # The interval's length before this trial and the one before (+inf
                 # outside the zoom phase), for the bisection safeguard.
-                w1=_where(zooming, jnp.abs(c["hi"] - c["lo"]), jnp.inf),
+                w1=_where(zooming, lax.abs(c["hi"] - c["lo"]), jnp.inf),
                 w2=_where(zooming, c["w1"], jnp.inf),
             )
             # The gradient at the point that would be returned now: the last trial
@@ -546,7 +550,7 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 ~failed,
                 R.sufficient_decrease_only,
                 R.where(
-                    jnp.isfinite(f0) & jnp.isfinite(s0) & (s0 >= 0),
+                    lax.is_finite(f0) & lax.is_finite(s0) & (s0 >= 0),
                     R.not_descent,
                     R.where(c["nonfinite"] > 0, R.nonfinite, R.max_steps_reached),
                 ),
