@@ -58,7 +58,10 @@ def launch_locally(args) -> int:
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.checkpoint or os.path.join(tmp, "checkpoint")
-        env = dict(os.environ, JAX_PLATFORMS="cpu")
+        # More CPU threads than devices: a device waiting in a cross-process
+        # collective keeps its thread (see docs/scaling.md, "One machine, several
+        # processes").
+        env = dict(os.environ, JAX_PLATFORMS="cpu", NPROC="16")
         flags = [  # keep the caller's other XLA flags
             flag
             for flag in os.environ.get("XLA_FLAGS", "").split()

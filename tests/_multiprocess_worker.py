@@ -51,22 +51,12 @@ def _optimizers():
         # of the 8 devices (the statistics are replicated): 340 s of training for
         # Shampoo alone on 2 shared cores. Blocks of 16 keep every factor at most
         # 16x16 (0.01 s per refresh) and put the block partition on sharded params.
-        # `spread=False`: with the roots spread over the mesh, training hangs on a
-        # busy 2-core machine (issue 18, open): 2 of 6 runs of this test, and 4 of 4
-        # runs of Shampoo alone, also with no collective inside the roots' loops and
-        # in steps that skip the roots. In a hung pair, process 0's devices wait in
-        # a top-level all-gather and process 1's in a collective-permute inside a
-        # conditional (the statistics' `lax.cond`): the two processes ran
-        # independent collectives in different orders. Not jaxlib's batched LAPACK
-        # (these roots are Newton iterations, no LAPACK call): with the stacks
-        # mapped by `lax.map` on CPU, 2 of 7 runs of this test still hung.
         "Shampoo": eqxopt.Shampoo(
             1e-2,
             block_size=16,
             start_preconditioning_step=2,
             preconditioning_compute_steps=2,
             best_effort_shape_interpretation=False,
-            spread=False,
         ),
         "Kron": eqxopt.Kron(1e-2, preconditioner_update_probability=1.0),
         "NorMuon": eqxopt.NorMuon(1e-2),

@@ -58,6 +58,13 @@ def _free_port() -> int:
 
 def _env(devices: int) -> dict[str, str]:
     env = subprocess_env(devices)
+    # XLA's CPU client runs a process's devices on one thread pool of max(cores,
+    # local devices) threads (`NPROC` overrides the core count), and a device that
+    # waits in a cross-process collective keeps its thread. With 4 devices per
+    # process on 2 cores, that pool was too small: training hung in 3 of 10 runs of
+    # the SOAP+Shampoo group, 0 of 13 with 16 threads (8 of them with Shampoo's
+    # default `spread`, which had hung in 2 of 6 runs).
+    env["NPROC"] = "16"
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
     )
