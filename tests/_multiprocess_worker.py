@@ -43,7 +43,14 @@ def _optimizers():
         ),
         # Matrix preconditioners, set to refresh their preconditioners within the
         # 6 steps trained here.
-        "SOAP": eqxopt.SOAP(1e-2, precondition_frequency=2),
+        # SOAP factors only the axes of at most 16 (the first layer's 16 inputs, the
+        # last layer's 8 outputs): their statistics have full rank after one batch
+        # of 32, so their eigenbases are unique up to signs (which SOAP's update does
+        # not see). A 32-long axis's statistic has rank <= 16 after one step (the
+        # first layer's gradient has rank <= its 16 inputs): within its null space
+        # any basis is valid, and float32 rounding differences between topologies
+        # pick different ones, whose trajectories part (10% after 6 steps).
+        "SOAP": eqxopt.SOAP(1e-2, precondition_frequency=2, max_precond_dim=16),
         # Shampoo in blocks of 16, unmerged. By default it merges small axes: the
         # MLP's (32, 32) weight becomes a vector of 1024 with one 1024x1024 statistic,
         # whose inverse root (a coupled Newton iteration of up to 100 steps of
@@ -71,6 +78,7 @@ def main(argv=None):
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--checkpoint", required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--saved", help="reference: the train processes' --out")
     parser.add_argument("--dump-after", type=float, default=0.0)
     parser.add_argument("--optimizers", default=",".join(_optimizers()))
     args = parser.parse_args(argv)
@@ -195,6 +203,24 @@ def _run(args):
         static = eqx.filter(host_model, eqx.is_array, inverse=True)
         return eqx.combine(restored[0], static), restored[1]
 
+    def from_saved(name, opt, host_model, mesh):
+        """`(model, state)` on `mesh` from the arrays the train processes recorded
+        at their checkpoint (`"{name}/saved{path}"` in `--saved`)."""
+        abstract_model = jtu.tree_map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+            eqx.filter(host_model, eqx.is_array),
+            shardings(host_model, mesh),
+        )
+        target = (abstract_model, eqxopt.abstract_state(opt, abstract_model))
+        with np.load(args.saved) as saved:
+            leaves = [
+                jax.device_put(saved[f"{name}/saved{jtu.keystr(path)}"], x.sharding)
+                for path, x in jtu.tree_flatten_with_path(target)[0]
+            ]
+        model, state = jtu.tree_unflatten(jtu.tree_structure(target), leaves)
+        static = eqx.filter(host_model, eqx.is_array, inverse=True)
+        return eqx.combine(model, static), state
+
     before, after = range(STEPS_BEFORE), range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER)
     # A smaller mesh for `reference` to restore onto: 4 of its 8 devices.
     other = jax.make_mesh(
@@ -239,6 +265,12 @@ def _run(args):
                 step = make_step(opt, other_model_sh, other_state_sh)
                 model, state = train(step, model, state, other, after)
                 record(name, "resumed_other_mesh", (model, state))
+                # The same steps on the same mesh from the values the 2 processes
+                # saved, taken from their `--out` instead of the checkpoint: the
+                # restored run must continue bit-for-bit like this one.
+                model, state = from_saved(name, opt, host_model, other)
+                model, state = train(step, model, state, other, after)
+                record(name, "continued_other_mesh", (model, state))
     if jax.process_index() == 0:
         np.savez(args.out, **results)
 

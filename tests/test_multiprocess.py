@@ -36,11 +36,12 @@ OPTIMIZER_GROUPS = {
     "soap_shampoo": ("SOAP", "Shampoo"),
     "kron_normuon": ("Kron", "NorMuon"),
 }
-# SOAP's first eigenbasis comes from `eigh` of rank-deficient statistics (a gradient
-# of rank <= batch size): within the null space any basis is valid, so float32
-# rounding differences between topologies pick different bases, and the trajectories
-# part (measured: 10% apart after 6 steps). Its checkpoint round trip is still exact.
-NOT_COMPARABLE_ACROSS_TOPOLOGIES = {"SOAP"}
+# SOAP's eigenbases turn rounding differences in its statistics into differences in
+# its directions, larger by the inverse gaps between their eigenvalues: measured 4e-5
+# of a leaf's largest entry after 6 steps (the same in three runs; its second moment
+# of the first layer), against at most 5e-7 for the others. A wrong basis (as with
+# rank-deficient statistics, see the worker) parts the runs by 10%.
+RELATIVE_TOLERANCE = {"SOAP": 1e-4}
 # Seconds for each group of processes. About 30 s on 2 idle cores; generous because
 # CI machines are shared and a compile-heavy process can be starved for minutes.
 TIMEOUT = 240
@@ -146,7 +147,7 @@ def _assert_identical(got, want):
         np.testing.assert_array_equal(got[path], want[path], err_msg=path, strict=True)
 
 
-def _assert_close(got, want):
+def _assert_close(got, want, rtol=1e-5):
     """Equal up to float32 rounding. Gloo's cross-process all-reduce adds the 8
     devices' partial gradients in another order than one process's all-reduce (or
     than a 4-device mesh), so the runs differ by a few float32 ulps per step: measured
@@ -160,7 +161,8 @@ def _assert_close(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape, path
         if np.issubdtype(w.dtype, np.inexact):
             scale = max(float(np.max(np.abs(w), initial=0.0)), 1e-30)
-            assert float(np.max(np.abs(g - w), initial=0.0)) <= 1e-5 * scale, path
+            diff = float(np.max(np.abs(g - w), initial=0.0))
+            assert diff <= rtol * scale, path
         else:  # counters and flags
             np.testing.assert_array_equal(g, w, err_msg=path, strict=True)
 
@@ -198,7 +200,18 @@ def test_two_processes_train_and_checkpoint_like_one(group, tmp_path):
         tmp_path / "logs_train",
     )
     run_processes(
-        [_worker("reference", "--checkpoint", ckpt, "--out", ref_out, *which)],
+        [
+            _worker(
+                "reference",
+                "--checkpoint",
+                ckpt,
+                "--out",
+                ref_out,
+                "--saved",
+                train_out,
+                *which,
+            )
+        ],
         _env(devices=8),
         tmp_path / "logs_reference",
     )
@@ -207,29 +220,35 @@ def test_two_processes_train_and_checkpoint_like_one(group, tmp_path):
     with np.load(ref_out) as f:
         reference = dict(f)
     for name in names:
-        comparable = name not in NOT_COMPARABLE_ACROSS_TOPOLOGIES
+        rtol = RELATIVE_TOLERANCE.get(name, 1e-5)
         # 2 processes (4 devices each) == 1 process (8 devices), params and state.
-        if comparable:
-            _assert_close(
-                _stage(train, name, "straight"), _stage(reference, name, "straight")
-            )
+        _assert_close(
+            _stage(train, name, "straight"), _stage(reference, name, "straight"), rtol
+        )
         # (a) Restored by the 2 processes onto the same mesh: exactly what was
         # saved, and training continues bit-for-bit.
         _assert_identical(_stage(train, name, "restored"), _stage(train, name, "saved"))
         _assert_identical(
             _stage(train, name, "resumed"), _stage(train, name, "straight")
         )
-        # (b) Restored by 1 process onto a 4-device mesh: exactly what was saved,
-        # and training continues (on another mesh: equal up to rounding).
+        # (b) Restored by 1 process onto a 4-device mesh: exactly what was saved.
         _assert_identical(
             _stage(reference, name, "restored_other_mesh"),
             _stage(train, name, "saved"),
         )
-        if comparable:
-            _assert_close(
-                _stage(reference, name, "resumed_other_mesh"),
-                _stage(train, name, "straight"),
-            )
+        # Training continues bit-for-bit: the same steps on that mesh from the
+        # saved values held in memory (not read from the checkpoint) give exactly
+        # the same params and state.
+        _assert_identical(
+            _stage(reference, name, "resumed_other_mesh"),
+            _stage(reference, name, "continued_other_mesh"),
+        )
+        # And equal, up to the order of float32 sums, to the 2 processes' run.
+        _assert_close(
+            _stage(reference, name, "resumed_other_mesh"),
+            _stage(train, name, "straight"),
+            rtol,
+        )
 
 
 def test_failed_process_is_reported_and_the_others_ended(tmp_path):
