@@ -188,38 +188,39 @@ def _run(args):
         for path, leaf in jtu.tree_flatten_with_path(gather(tree))[0]:
             results[f"{name}/{stage}{jtu.keystr(path)}"] = np.asarray(leaf)
 
-    def restore(checkpointer, path, opt, host_model, mesh):
-        """Restore `(model, state)` onto `mesh`, from an abstract target: the model's
-        shapes and dtypes with FSDP shardings, and `eqxopt.abstract_state`."""
+    def target(opt, host_model, mesh):
+        """The abstract `(model, state)` on `mesh`: the model's shapes and dtypes with
+        FSDP shardings, and `eqxopt.abstract_state`."""
         abstract_model = jtu.tree_map(
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
             eqx.filter(host_model, eqx.is_array),
             shardings(host_model, mesh),
         )
-        target = (abstract_model, eqxopt.abstract_state(opt, abstract_model))
-        restored = checkpointer.restore(path, target)
-        for got, want in zip(jtu.tree_leaves(restored), jtu.tree_leaves(target)):
-            assert got.sharding.is_equivalent_to(want.sharding, got.ndim), (got, want)
+        return abstract_model, eqxopt.abstract_state(opt, abstract_model)
+
+    def with_static(host_model, model, state):
         static = eqx.filter(host_model, eqx.is_array, inverse=True)
-        return eqx.combine(restored[0], static), restored[1]
+        return eqx.combine(model, static), state
+
+    def restore(checkpointer, path, opt, host_model, mesh):
+        """Restore `(model, state)` onto `mesh`, from its abstract target."""
+        abstract = target(opt, host_model, mesh)
+        restored = checkpointer.restore(path, abstract)
+        for got, want in zip(jtu.tree_leaves(restored), jtu.tree_leaves(abstract)):
+            assert got.sharding.is_equivalent_to(want.sharding, got.ndim), (got, want)
+        return with_static(host_model, *restored)
 
     def from_saved(name, opt, host_model, mesh):
         """`(model, state)` on `mesh` from the arrays the train processes recorded
         at their checkpoint (`"{name}/saved{path}"` in `--saved`)."""
-        abstract_model = jtu.tree_map(
-            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-            eqx.filter(host_model, eqx.is_array),
-            shardings(host_model, mesh),
-        )
-        target = (abstract_model, eqxopt.abstract_state(opt, abstract_model))
+        abstract = target(opt, host_model, mesh)
         with np.load(args.saved) as saved:
             leaves = [
                 jax.device_put(saved[f"{name}/saved{jtu.keystr(path)}"], x.sharding)
-                for path, x in jtu.tree_flatten_with_path(target)[0]
+                for path, x in jtu.tree_flatten_with_path(abstract)[0]
             ]
-        model, state = jtu.tree_unflatten(jtu.tree_structure(target), leaves)
-        static = eqx.filter(host_model, eqx.is_array, inverse=True)
-        return eqx.combine(model, static), state
+        model, state = jtu.tree_unflatten(jtu.tree_structure(abstract), leaves)
+        return with_static(host_model, model, state)
 
     before, after = range(STEPS_BEFORE), range(STEPS_BEFORE, STEPS_BEFORE + STEPS_AFTER)
     # A smaller mesh for `reference` to restore onto: 4 of its 8 devices.

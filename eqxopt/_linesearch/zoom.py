@@ -22,7 +22,6 @@ from . import (
     cast,
     cast_like,
     concrete_item,
-    constant,
     evaluate,
     LineSearchResult,
     scalar_dtype,
@@ -86,14 +85,6 @@ def init_state(cls, params, state_dtype=None):
     )
 
 
-def _where(pred, x, value, invert=False):
-    """`jnp.where(pred, x, value)` (`invert`: `jnp.where(pred, value, x)`) for a scalar
-    `x` and a Python number `value`, as one `select` (`jnp.where` traces a nested
-    `jit` per call: tracing and lowering time)."""
-    const = constant(value, x)
-    return lax.select(pred, const, x) if invert else lax.select(pred, x, const)
-
-
 def _cubicmin(a, fa, fpa, b, fb, c, fc):
     """Minimiser of the cubic through `(a, fa)` with slope `fpa`, `(b, fb)`, `(c, fc)`;
     NaN when it does not exist. (As scipy's and Optax's; NaN-safe under autodiff.)"""
@@ -102,16 +93,16 @@ def _cubicmin(a, fa, fpa, b, fb, c, fc):
     dc = c - a
     denom = (db * dc) ** 2 * (db - dc)
     ok = denom != 0
-    denom = _where(ok, denom, 1)
+    denom = select(ok, denom, 1)
     x1 = fb - fa - C * db
     x2 = fc - fa - C * dc
     A = (dc**2 * x1 - db**2 * x2) / denom
     B = (-(dc**3) * x1 + db**3 * x2) / denom
     radical = B * B - 3 * A * C
     ok = ok & (radical >= 0) & (A != 0) & lax.is_finite(radical)
-    root = lax.sqrt(_where(ok, radical, 0))
-    xmin = a + (-B + root) / (3 * _where(ok, A, 1))
-    return _where(ok, xmin, jnp.nan)
+    root = lax.sqrt(select(ok, radical, 0))
+    xmin = a + (-B + root) / (3 * select(ok, A, 1))
+    return select(ok, xmin, jnp.nan)
 
 
 def _hermitemin(a, fa, fpa, b, fb, fpb):
@@ -119,14 +110,14 @@ def _hermitemin(a, fa, fpa, b, fb, fpb):
     `b` (Nocedal & Wright, eq. 3.59); NaN when it does not exist."""
     diff = a - b
     ok = diff != 0
-    d1 = fpa + fpb - 3 * (fa - fb) / _where(ok, diff, 1)
+    d1 = fpa + fpb - 3 * (fa - fb) / select(ok, diff, 1)
     radical = d1 * d1 - fpa * fpb
     ok = ok & (radical >= 0) & lax.is_finite(radical)
-    d2 = lax.sign(b - a) * lax.sqrt(_where(ok, radical, 0))
+    d2 = lax.sign(b - a) * lax.sqrt(select(ok, radical, 0))
     denom = fpb - fpa + 2 * d2
     ok = ok & (denom != 0)
-    xmin = b - (b - a) * (fpb + d2 - d1) / _where(ok, denom, 1)
-    return _where(ok, xmin, jnp.nan)
+    xmin = b - (b - a) * (fpb + d2 - d1) / select(ok, denom, 1)
+    return select(ok, xmin, jnp.nan)
 
 
 def _quadmin(a, fa, fpa, b, fb):
@@ -134,11 +125,11 @@ def _quadmin(a, fa, fpa, b, fb):
     NaN when it does not exist."""
     db = b - a
     ok = db != 0
-    db = _where(ok, db, 1)
+    db = select(ok, db, 1)
     B = (fb - fa - fpa * db) / db**2
     ok = ok & (B != 0) & lax.is_finite(B)
-    xmin = a - fpa / (2 * _where(ok, B, 1))
-    return _where(ok, xmin, jnp.nan)
+    xmin = a - fpa / (2 * select(ok, B, 1))
+    return select(ok, xmin, jnp.nan)
 
 
 # The loop's scalars live in one packed vector, so that XLA computes each iteration's
@@ -191,10 +182,10 @@ def _extrapolate(c, herm):
     the values and slopes at `lo` and `t` (`_hermitemin`)."""
     t, lo, s, s_lo = c["t"], c["lo"], c["s"], c["s_lo"]
     step = t - lo
-    herm = _where(herm > t, herm, jnp.inf)  # no minimiser beyond `t` (or NaN): far
+    herm = select(herm > t, herm, jnp.inf)  # no minimiser beyond `t` (or NaN): far
     shrinks = lax.abs(s) < lax.abs(s_lo)
-    secant = t + s * step / _where(shrinks, s_lo - s, 1)
-    far = _where(shrinks, lax.max(herm, secant), jnp.inf)
+    secant = t + s * step / select(shrinks, s_lo - s, 1)
+    far = select(shrinks, lax.max(herm, secant), jnp.inf)
     return _clip(far, t + 1.1 * step, t + 4 * step)
 
 
@@ -360,9 +351,9 @@ class Zoom(AbstractLineSearch[ZoomState]):
                     noisy, lax.min(lax.max(approx, near), decrease), decrease
                 )
             decrease = lax.max(decrease, zero)
-            decrease = _where(decrease != decrease, decrease, jnp.inf, invert=True)
+            decrease = select(decrease != decrease, jnp.inf, decrease)
             curvature = lax.max(lax.abs(s) - c2 * lax.abs(s0), zero)
-            curvature = _where(curvature != curvature, curvature, jnp.inf, invert=True)
+            curvature = select(curvature != curvature, jnp.inf, curvature)
             return decrease, lax.max(decrease, curvature)
 
         start_ok = lax.is_finite(f0) & lax.is_finite(s0) & (s0 < 0)
@@ -518,8 +509,8 @@ class Zoom(AbstractLineSearch[ZoomState]):
                 nonfinite=nonfinite,
                 # The interval's length before this trial and the one before (+inf
                 # outside the zoom phase), for the bisection safeguard.
-                w1=_where(zooming, lax.abs(c["hi"] - c["lo"]), jnp.inf),
-                w2=_where(zooming, c["w1"], jnp.inf),
+                w1=select(zooming, lax.abs(c["hi"] - c["lo"]), jnp.inf),
+                w2=select(zooming, c["w1"], jnp.inf),
             )
             # The gradient at the point that would be returned now: the last trial
             # once done, else the best point with sufficient decrease (else start).
