@@ -98,6 +98,17 @@ def runs(hlo: str) -> dict[str, int]:
     return count
 
 
+def instruction_shapes(hlo: str) -> dict[str, tuple[int, ...]]:
+    """The shape of every instruction of an HLO module's text (the first element's,
+    for a tuple), by name."""
+    shapes = {}
+    for line in hlo.splitlines():
+        m = _DEF.match(line)
+        if m is not None:
+            shapes[m.group(1)] = tuple(int(d) for d in m.group(2).split(",") if d)
+    return shapes
+
+
 def matrix_work(hlo: str) -> float:
     """The matrix work of a compiled HLO module, per device: for each `dot`, twice the
     output size times the contracted size (its FLOPs); for each eigh, QR or
@@ -105,11 +116,7 @@ def matrix_work(hlo: str) -> float:
     a `(b, ..., n, n)` first operand; each times the number of times its computation
     runs (see `runs`: the iterations of a `lax.map` over a stack count, those of a
     data-dependent loop count once, as the programs compared run the same ones)."""
-    shapes = {}
-    for line in hlo.splitlines():
-        m = _DEF.match(line)
-        if m is not None:
-            shapes[m.group(1)] = tuple(int(d) for d in m.group(2).split(",") if d)
+    shapes = instruction_shapes(hlo)
     comps, _ = computations(hlo)
     total = 0.0
     for name, times in runs(hlo).items():
@@ -296,11 +303,7 @@ def test_spread_map_pads_and_groups(getkey):
 def lapack_calls(hlo: str) -> list[tuple[str, tuple[int, ...]]]:
     """The LAPACK custom calls (eigh, QR, triangular solve) of a compiled HLO module:
     (routine, shape of the first operand) of each."""
-    shapes = {}
-    for line in hlo.splitlines():
-        m = _DEF.match(line)
-        if m is not None:
-            shapes[m.group(1)] = tuple(int(d) for d in m.group(2).split(",") if d)
+    shapes = instruction_shapes(hlo)
     calls = []
     for line in hlo.splitlines():
         op, routine = _OP.search(line), _LAPACK.search(line)
