@@ -1,12 +1,12 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
+import dataclasses
 import sys
 import types
 from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
@@ -19,12 +19,13 @@ from jaxtyping import Array, Bool, Int32, PyTree
 
 from ._base import AbstractOptimizer
 from ._linesearch import AbstractLineSearchOptimizer, cast, conj, select
+from ._loop import loops, while_loop
 from ._misc import (
     compute_dtype,
     is_param,
     tree_map,
 )
-from ._solution import result_item, RESULTS, Solution
+from ._solution import result_item, RESULTS, Solution, succeeded
 from ._solver.lbfgsb import LBFGSB
 from ._transform.project import broadcast_bounds, project, project_leaf
 
@@ -123,13 +124,15 @@ class _Progress:
 
 
 class _Options(eqx.Module):
-    """The static options of a solve (part of the compilation key)."""
+    """The static options of a solve (part of the compilation key). `differentiable`:
+    whether reverse mode may differentiate the solve's loops (see `_loop.py`)."""
 
     max_steps: int = eqx.field(static=True)
     rtol: float = eqx.field(static=True)
     atol: float = eqx.field(static=True)
     has_aux: bool = eqx.field(static=True)
     progress: bool = eqx.field(static=True)
+    differentiable: bool = eqx.field(static=True, default=True)
 
 
 class _Carry(eqx.Module):
@@ -175,7 +178,9 @@ class _Loss(eqx.Module):
 def _loss_impl(static, dynamic, y):
     treedef, leaves, has_aux = static
     loss: _Loss = eqx.combine(dynamic, jtu.tree_unflatten(treedef, leaves))
-    return _split(loss.fn, has_aux)(eqx.combine(y, loss.y_static), loss.args)
+    # `fn` is differentiated: any loop of ours inside it must be differentiable.
+    with loops(differentiable=True):
+        return _split(loss.fn, has_aux)(eqx.combine(y, loss.y_static), loss.args)
 
 
 _loss_jit = jax.jit(_loss_impl, static_argnums=0)
@@ -204,12 +209,7 @@ class _Problem(eqx.Module):
         loss = _Loss(self.fn, self.y_static, self.args)
         dynamic, static = eqx.partition(loss, eqx.is_array)
         leaves, treedef = jtu.tree_flatten(static)
-        key = (treedef, tuple(leaves), has_aux)
-        try:
-            hash(key)
-        except TypeError:  # unhashable non-array leaves: no cache
-            return _loss_impl(key, dynamic, y)
-        return _loss_jit(key, dynamic, y)
+        return _loss_jit((treedef, tuple(leaves), has_aux), dynamic, y)
 
     def value_and_grad(self, y, has_aux):
         """`((loss, aux), grad)` at `y`, the gradient in the updates' convention."""
@@ -353,12 +353,7 @@ _step_jit = jax.jit(_step_impl, static_argnums=0)
 def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
     dynamic, static = eqx.partition(problem, eqx.is_array)
     leaves, treedef = jtu.tree_flatten(static)
-    key = (treedef, tuple(leaves), options, bar)
-    try:
-        hash(key)
-    except TypeError:
-        return _step_impl(key, dynamic, carry)
-    return _step_jit(key, dynamic, carry)
+    return _step_jit((treedef, tuple(leaves), options, bar), dynamic, carry)
 
 
 def _primal(inputs):
@@ -374,10 +369,11 @@ def _primal(inputs):
     if bar is not None:
         jax.debug.callback(bar.start, ordered=True)
 
-    # The `max_steps` iterations run as one bounded, checkpointed loop (so reverse-mode
-    # differentiable) that stops as soon as the solve does: an iteration after
-    # convergence costs nothing, with no conditional (XLA would copy the whole carry
-    # through it). The history is a write-only buffer of the loop.
+    # The `max_steps` iterations run as one bounded loop (checkpointed, so reverse-mode
+    # differentiable, where the solve can be differentiated) that stops as soon as the
+    # solve does: an iteration after convergence costs nothing, with no conditional
+    # (XLA would copy the whole carry through it). The history is a write-only buffer
+    # of the loop.
     def cond(c):
         j, carry, _ = c
         return ~carry.stop & (j < max_steps)
@@ -409,14 +405,14 @@ def _primal(inputs):
     )
     if max_steps > 0:
         history = jnp.full((max_steps,), jnp.nan, f0.dtype)
-        _, carry, history = eqxi.while_loop(
-            cond,
-            body,
-            (jnp.zeros((), jnp.int32), carry, history),
-            max_steps=max_steps,
-            buffers=lambda c: c[2],
-            kind="checkpointed",
-        )
+        with loops(options.differentiable):  # the line searches' loops too
+            _, carry, history = while_loop(
+                cond,
+                body,
+                (jnp.zeros((), jnp.int32), carry, history),
+                max_steps=max_steps,
+                buffers=lambda c: c[2],
+            )
     else:
         history = jnp.zeros((0,), f0.dtype)
     y, f, g, aux = carry.y, carry.f, carry.g, carry.aux
@@ -563,18 +559,44 @@ def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solut
     arrays = [eqx.is_array(x) for x in leaves]
     traced = any(isinstance(x, Tracer) for x in leaves)
     throw_inside = throw and traced
+    # Reverse mode can reach the loops only through a traced call with the unrolled
+    # adjoint (an eager call's result is concrete; the implicit adjoint's primal is
+    # never differentiated): else they are plain loops, faster to trace and compile.
+    options = dataclasses.replace(
+        options, differentiable=traced and adjoint == "unrolled"
+    )
     dynamic = [x if a else None for x, a in zip(leaves, arrays)]
     static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
     rest = (options, throw_inside, adjoint)
     try:
         hash(static)
-    except TypeError:  # unhashable non-array leaves: let Equinox handle them
-        sol = eqx.filter_jit(_solve)(fn, optimizer, y0, args, bounds, *rest)
-    else:
-        sol = _solve_jit["nested" if traced else "top"](dynamic, static, *rest)
-    if throw and not traced and not bool(sol.result == RESULTS.successful):
+    except TypeError:
+        _raise_unhashable(fn, optimizer, y0, args, bounds)
+    sol = _solve_jit["nested" if traced else "top"](dynamic, static, *rest)
+    if throw and not traced and not succeeded(sol.result):
         raise eqx.EquinoxRuntimeError(RESULTS[sol.result])
     return sol
+
+
+def _raise_unhashable(fn, optimizer, y0, args, bounds):
+    """The non-array parts of the inputs are the compilation key: name the first one
+    that cannot be hashed."""
+    inputs = dict(fn=fn, optimizer=optimizer, y0=y0, args=args, bounds=bounds)
+    for path, leaf in jtu.tree_leaves_with_path(inputs):
+        if not eqx.is_array(leaf):
+            try:
+                hash(leaf)
+            except TypeError:
+                name, rest = jtu.keystr(path[:1])[2:-2], jtu.keystr(path[1:])
+                raise ValueError(
+                    f"eqxopt.minimize: `{name}{rest}` is a non-array leaf (a static "
+                    "part of the compilation key, as in `equinox.filter_jit`) that "
+                    f"cannot be hashed: {type(leaf).__name__}. Pass arrays, hashable "
+                    "values, or a PyTree (e.g. an `eqx.Module`) instead."
+                ) from None
+    raise ValueError(  # pragma: no cover - a leaf above is unhashable
+        "eqxopt.minimize: the non-array parts of the inputs cannot be hashed."
+    )
 
 
 def _check_y0(y0):
@@ -616,8 +638,12 @@ def minimize(
     search's last evaluation, so a step costs one evaluation when the first trial step
     is accepted.
 
-    The loop is one bounded `equinox.internal.while_loop` of at most `max_steps`
-    iterations (checkpointed, so reverse-mode differentiable). It stops when
+    The loop is one bounded loop of at most `max_steps` iterations: Equinox's
+    checkpointed `while_loop` (reverse-mode differentiable) when `minimize` is called
+    under a JAX transformation with `adjoint="unrolled"`, else (an eager call, whose
+    result nothing can differentiate, or the implicit adjoint) a plain
+    `lax.while_loop`, which traces and compiles faster; the line searches' loops
+    follow. It stops when
 
     $$\max_i |\nabla_y f(y, \text{args})_i| \le \text{atol} + \text{rtol}\,|f(y,
       \text{args})|$$

@@ -89,6 +89,12 @@ class _ResultItem(EnumerationItem):
     __str__ = __repr__
 
 
+def succeeded(item) -> bool:
+    """Whether a concrete `RESULTS` item is `RESULTS.successful` (compared on the
+    host: `item == RESULTS.successful` would compile a kernel)."""
+    return int(np.asarray(item._value)) == int(RESULTS.successful._value)
+
+
 def result_item(item) -> "RESULTS":
     """`item` as a `RESULTS` item that prints its name and message."""
     return _ResultItem(item._value, RESULTS)  # pyright: ignore

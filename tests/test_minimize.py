@@ -177,6 +177,11 @@ def test_bad_arguments():
         eqxopt.minimize(rosenbrock, lambda g: g, jnp.zeros(2))  # pyright: ignore
     with pytest.raises(ValueError, match="scalar"):
         eqxopt.minimize(lambda y, a: y, eqxopt.LBFGS(), jnp.zeros(2))
+    # Non-array leaves are static (the compilation key): one that cannot be hashed
+    # is named by its path.
+    unhashable = {"data": [jnp.ones(2), set()]}  # a set is a leaf, unhashable
+    with pytest.raises(ValueError, match=r"`args\['data'\]\[1\]` .* cannot be hashed"):
+        eqxopt.minimize(rosenbrock, eqxopt.LBFGS(), jnp.zeros(2), unhashable)
 
 
 def test_lbfgs_takes_optax_positional_order():
@@ -329,3 +334,66 @@ def test_line_search_shares_its_evaluation_through_a_typed_hook():
 
     assert issubclass(eqxopt.ZoomState, AbstractLineSearchState)
     assert issubclass(eqxopt.BacktrackingState, AbstractLineSearchState)
+
+
+def _loops_built(monkeypatch):
+    """Records each checkpointed (reverse-differentiable) loop that is traced."""
+    import equinox.internal as eqxi
+
+    built = []
+    checkpointed = eqxi.while_loop
+
+    def recording(*args, **kwargs):
+        built.append(kwargs["kind"])
+        return checkpointed(*args, **kwargs)
+
+    monkeypatch.setattr("eqxopt._loop.eqxi.while_loop", recording)
+    return built
+
+
+@pytest.mark.parametrize("adjoint", ["unrolled", "implicit"])
+def test_loops_are_checkpointed_only_where_reverse_mode_can_reach_them(
+    monkeypatch, adjoint
+):
+    built = _loops_built(monkeypatch)
+    fn = lambda y, args: rosenbrock(y, args)  # a new function: nothing cached
+
+    def solve(args_scale):
+        sol = eqxopt.minimize(
+            lambda y, a: a * fn(y, None),
+            eqxopt.LBFGS(),
+            jnp.zeros(2),
+            args_scale,
+            adjoint=adjoint,
+        )
+        return jnp.sum(sol.value)
+
+    # An eager solve's result is concrete: plain loops, the line search's too.
+    eager = eqxopt.minimize(fn, eqxopt.LBFGS(), jnp.zeros(2), adjoint=adjoint)
+    assert eager.result == eqxopt.RESULTS.successful and built == []
+    # Under `grad`, the unrolled adjoint differentiates the loops themselves (the
+    # minimize loop and Zoom's); the implicit one never does.
+    grad = jax.grad(solve)(jnp.asarray(1.0))
+    assert jnp.isfinite(grad)
+    assert built == (["checkpointed"] * 2 if adjoint == "unrolled" else [])
+
+
+def test_a_loss_that_runs_a_line_search_stays_differentiable_in_an_eager_solve(
+    monkeypatch,
+):
+    # `fn` itself takes a Zoom step; `minimize` differentiates `fn`, so that step's
+    # loop must be a checkpointed one even though the solve's own loops are plain.
+    built = _loops_built(monkeypatch)
+    search = eqxopt.Zoom()
+
+    def after_one_step(y, args):
+        inner = lambda z: jnp.sum((z - y) ** 2) + jnp.sum(z**2)
+        z = jnp.zeros_like(y)
+        value, grad = jax.value_and_grad(inner)(z)
+        step, _ = search.update(-grad, search.init(z), z, value=value, value_fn=inner)
+        return jnp.sum((z + step - 0.25) ** 2)
+
+    sol = eqxopt.minimize(after_one_step, eqxopt.LBFGS(), jnp.ones(3))
+    assert sol.result == eqxopt.RESULTS.successful
+    assert jnp.allclose(sol.value, 0.5, atol=1e-6)  # the inner step halves `y`
+    assert built == ["checkpointed"]

@@ -1,13 +1,13 @@
 """Backtracking line search: the Armijo (sufficient decrease) condition."""
 
 import equinox as eqx
-import equinox.internal as eqxi
 import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike
+from .._loop import while_loop
 from .._misc import (
     scalar,
     typechecked,
@@ -175,9 +175,7 @@ class Backtracking(AbstractLineSearch[BacktrackingState]):
             accepted = finite & (f <= f0 + c1 * t * s0)
             return _Carry(c.i + 1, t, f, g, accepted, c.nonfinite | ~finite)
 
-        c = eqxi.while_loop(
-            cond, body, init, max_steps=self.max_steps, kind="checkpointed"
-        )
+        c = while_loop(cond, body, init, max_steps=self.max_steps)
         ok = start_ok & c.accepted
         step = jnp.where(ok, c.t, zero)
         R = LineSearchResult

@@ -1,7 +1,6 @@
 """The zoom line search: strong Wolfe conditions, Nocedal & Wright Alg. 3.5 and 3.6."""
 
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
@@ -10,6 +9,7 @@ from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike
+from .._loop import while_loop
 from .._misc import (
     scalar,
     typechecked,
@@ -519,12 +519,8 @@ class Zoom(AbstractLineSearch[ZoomState]):
 
         # The body as one `jit`: the checkpointed loop traces it once (its closure
         # conversion) and then re-binds one call, not the body's hundreds of primitives.
-        v, ret_g = eqxi.while_loop(
-            cond,
-            jax.jit(body),
-            (init, grad),
-            max_steps=self.max_steps,
-            kind="checkpointed",
+        v, ret_g = while_loop(
+            cond, jax.jit(body), (init, grad), max_steps=self.max_steps
         )
         c = _unpack(v, ("t", "f", "err", "safe_t", "safe_f", "done", "nonfinite", "i"))
         done = c["done"] > 0

@@ -1,0 +1,67 @@
+"""The bounded loops of the line searches and of `eqxopt.minimize`.
+
+A loop that reverse mode may differentiate must be Equinox's checkpointed
+`while_loop`; one that nothing can differentiate is a plain `lax.while_loop`, which
+traces, lowers and compiles faster (no closure conversion, no custom derivative, no
+buffer bookkeeping per carried leaf). `minimize` knows which case it is in: called
+outside any JAX transformation its result is concrete (nothing can differentiate
+it), and with `adjoint="implicit"` the loop is the primal of a custom derivative.
+It says so with `loops(differentiable=False)` around the trace of its solve; the
+loops traced inside that scope (its own and its line searches') are plain ones.
+Evaluations of the user's function go back to differentiable loops (`minimize`
+differentiates the function, which may contain line searches of its own).
+"""
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import equinox.internal as eqxi
+import jax.lax as lax
+import numpy as np
+
+
+_DIFFERENTIABLE = contextvars.ContextVar("eqxopt_differentiable_loops", default=True)
+
+
+@contextlib.contextmanager
+def loops(differentiable: bool) -> Iterator[None]:
+    """Within this scope (at trace time), `while_loop` builds reverse-differentiable
+    loops (`True`, the default everywhere else) or plain ones (`False`)."""
+    token = _DIFFERENTIABLE.set(differentiable)
+    try:
+        yield
+    finally:
+        _DIFFERENTIABLE.reset(token)
+
+
+def while_loop(
+    cond: Callable[[Any], Any],
+    body: Callable[[Any], Any],
+    init: Any,
+    *,
+    max_steps: int,
+    buffers: Callable[[Any], Any] | None = None,
+) -> Any:
+    """`init` updated by `body` while `cond` holds, at most `max_steps` times.
+
+    Differentiable: `equinox.internal.while_loop(..., kind="checkpointed")` (which
+    traces `body` several times: give it a `jax.jit`-wrapped body, or one whose work
+    is in cached `jax.jit` functions); else a `lax.while_loop` with a step counter
+    (`buffers` are then ordinary carried arrays, updated in place by XLA)."""
+    if _DIFFERENTIABLE.get():
+        return eqxi.while_loop(
+            cond, body, init, max_steps=max_steps, buffers=buffers, kind="checkpointed"
+        )
+
+    def bounded_cond(carry):
+        step, x = carry
+        return (step < max_steps) & cond(x)
+
+    def counted_body(carry):
+        step, x = carry
+        return step + 1, body(x)
+
+    _, out = lax.while_loop(bounded_cond, counted_body, (np.zeros((), np.int32), init))
+    return out
