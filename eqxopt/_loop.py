@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import equinox.internal as eqxi
+import jax
 import jax.lax as lax
 import numpy as np
 
@@ -46,13 +47,20 @@ def while_loop(
 ) -> Any:
     """`init` updated by `body` while `cond` holds, at most `max_steps` times.
 
-    Differentiable: `equinox.internal.while_loop(..., kind="checkpointed")` (which
-    traces `body` several times: give it a `jax.jit`-wrapped body, or one whose work
-    is in cached `jax.jit` functions); else a `lax.while_loop` with a step counter
-    (`buffers` are then ordinary carried arrays, updated in place by XLA)."""
+    Differentiable: `equinox.internal.while_loop(..., kind="checkpointed")`, with
+    `body` as one `jax.jit` (the checkpointed loop traces its body several times: its
+    closure conversion, the forward and the backward pass; the `jit` traces it once,
+    and the others re-bind one call instead of the body's primitives). Else a
+    `lax.while_loop` with a step counter (`buffers` are then ordinary carried arrays,
+    updated in place by XLA)."""
     if _DIFFERENTIABLE.get():
         return eqxi.while_loop(
-            cond, body, init, max_steps=max_steps, buffers=buffers, kind="checkpointed"
+            cond,
+            jax.jit(body),
+            init,
+            max_steps=max_steps,
+            buffers=buffers,
+            kind="checkpointed",
         )
 
     def bounded_cond(carry):

@@ -1,7 +1,6 @@
 """The zoom line search: strong Wolfe conditions, Nocedal & Wright Alg. 3.5 and 3.6."""
 
 import equinox as eqx
-import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
@@ -517,11 +516,7 @@ class Zoom(AbstractLineSearch[ZoomState]):
             ret_g = tree_select(done | take_safe, g, ret_g)
             return _pack(new, dtype), ret_g
 
-        # The body as one `jit`: the checkpointed loop traces it once (its closure
-        # conversion) and then re-binds one call, not the body's hundreds of primitives.
-        v, ret_g = while_loop(
-            cond, jax.jit(body), (init, grad), max_steps=self.max_steps
-        )
+        v, ret_g = while_loop(cond, body, (init, grad), max_steps=self.max_steps)
         c = _unpack(v, ("t", "f", "err", "safe_t", "safe_f", "done", "nonfinite", "i"))
         done = c["done"] > 0
         wolfe = done & (c["err"] <= 0)
