@@ -7,7 +7,7 @@ import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import pytest
-from jaxtyping import Array, Bool
+from jaxtyping import Array, Bool, TypeCheckError
 
 import eqxopt
 
@@ -326,3 +326,22 @@ def test_wrong_shape_grads_name_the_leaf():
         opt.update(bad, state, params)
     with pytest.raises(ValueError, match=r"`grads\['w'\]` has shape \(3,\).*\(2, 3\)"):
         opt.update(bad, state)  # no params: checked against the state's buffers
+
+
+def test_state_annotations_are_checked_at_every_construction():
+    # The verdict for an abstract signature (tree structure, leaf types, shapes and
+    # dtypes) is remembered once it passed; any other signature is checked in full.
+    mu = {"w": jnp.zeros((2, 3), jnp.float32), "b": jnp.zeros((3,), jnp.float32)}
+    count = jnp.zeros((), jnp.int32)
+    for _ in range(2):  # the second construction takes the remembered verdict
+        eqxopt.AdamState(count, mu, mu)
+    jax.jit(lambda c, m: eqxopt.AdamState(c, m, m))(count, mu)  # tracers: checked
+    bad_leaf = dict(mu, b=jnp.zeros((3,), jnp.int32))  # not inexact
+    bad_count = count.astype(jnp.float32)
+    for _ in range(2):  # a failure is never remembered as a pass
+        with pytest.raises(TypeCheckError, match="Type-check error"):
+            eqxopt.AdamState(count, bad_leaf, mu)
+        with pytest.raises(TypeCheckError, match="Type-check error"):
+            jax.jit(lambda c, m: eqxopt.AdamState(c, m, m))(bad_count, mu)
+    with pytest.raises(TypeCheckError, match="Type-check error"):  # a new structure
+        eqxopt.AdamState(count, [bad_leaf["b"]], mu)
