@@ -14,6 +14,7 @@ import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
 import optimistix as optx
+from jax._src.core import trace_state_clean  # whether any JAX trace is active
 from jax.core import Tracer
 from jaxtyping import Array, Bool, Int32, PyTree
 
@@ -550,14 +551,16 @@ _solve_jit = {
 def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solution:
     """`_solve` under `jit` (as `eqx.filter_jit`: arrays traced, the rest static).
 
-    Under an outer transformation (`jit`, `vmap`, `grad`: some input is a tracer) a
-    failure raises through `eqx.error_if` inside the computation; called eagerly, the
-    result is checked here, after the solve, and raised as an
-    `eqx.EquinoxRuntimeError`."""
+    Under an outer transformation (`jit`, `vmap`, `grad`; even when no input is a
+    tracer, as `fn` may close over one) a failure raises through `eqx.error_if`
+    inside the computation; called eagerly, the result is checked here, after the
+    solve, and raised as an `eqx.EquinoxRuntimeError`."""
     # One flatten (cheaper than `eqx.partition`): arrays are traced, the rest static.
     leaves, treedef = jtu.tree_flatten((fn, optimizer, y0, args, bounds))
     arrays = [eqx.is_array(x) for x in leaves]
-    traced = any(isinstance(x, Tracer) for x in leaves)
+    # Under a transformation (`jit`, `grad`, `vmap`) `fn` may close over its tracers
+    # even when no input is one.
+    traced = any(isinstance(x, Tracer) for x in leaves) or not trace_state_clean()
     throw_inside = throw and traced
     # Reverse mode can reach the loops only through a traced call with the unrolled
     # adjoint (an eager call's result is concrete; the implicit adjoint's primal is
