@@ -555,12 +555,16 @@ def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solut
     tracer, as `fn` may close over one) a failure raises through `eqx.error_if`
     inside the computation; called eagerly, the result is checked here, after the
     solve, and raised as an `eqx.EquinoxRuntimeError`."""
+    # Under a transformation (`jit`, `grad`, `vmap`) `fn` may close over its tracers
+    # even when no input is one. The implicit adjoint differentiates through `fn`'s
+    # inputs only: its closed-over tracers become leaves of `fn` (as optimistix does).
+    tracing = not trace_state_clean()
+    if tracing and adjoint == "implicit":
+        fn = eqx.filter_closure_convert(fn, y0, args)
     # One flatten (cheaper than `eqx.partition`): arrays are traced, the rest static.
     leaves, treedef = jtu.tree_flatten((fn, optimizer, y0, args, bounds))
     arrays = [eqx.is_array(x) for x in leaves]
-    # Under a transformation (`jit`, `grad`, `vmap`) `fn` may close over its tracers
-    # even when no input is one.
-    traced = any(isinstance(x, Tracer) for x in leaves) or not trace_state_clean()
+    traced = tracing or any(isinstance(x, Tracer) for x in leaves)
     throw_inside = throw and traced
     # Reverse mode can reach the loops only through a traced call with the unrolled
     # adjoint (an eager call's result is concrete; the implicit adjoint's primal is

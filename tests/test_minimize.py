@@ -381,12 +381,15 @@ def test_a_loss_that_runs_a_line_search_stays_differentiable_in_an_eager_solve(
     assert built == ["checkpointed"]
 
 
-def test_fn_may_close_over_traced_values():
+@pytest.mark.parametrize("adjoint", ["unrolled", "implicit"])
+def test_fn_may_close_over_traced_values(adjoint):
     # No input of `minimize` is a tracer here, but `fn` closes over one (`grad`'s):
     # the solve is still traced as part of the outer computation (differentiable
-    # loops, errors raised inside it). (One exact gradient step solves it.)
+    # loops, errors raised inside it), and both adjoints differentiate with respect
+    # to the closed-over value. (One exact gradient step solves it: y* = (a, a).)
     def solution_sum(a):
         fn = lambda y, args: jnp.sum((y - a) ** 2)
-        return jnp.sum(eqxopt.minimize(fn, eqxopt.SGD(0.5), jnp.zeros(2)).value)
+        opt = eqxopt.SGD(0.5)
+        return jnp.sum(eqxopt.minimize(fn, opt, jnp.zeros(2), adjoint=adjoint).value)
 
     assert jnp.allclose(jax.grad(solution_sum)(jnp.asarray(1.5)), 2.0)
