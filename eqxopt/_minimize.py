@@ -23,6 +23,7 @@ from ._linesearch import AbstractLineSearchOptimizer, cast, conj, select
 from ._loop import loops, while_loop
 from ._misc import (
     compute_dtype,
+    hashable,
     is_param,
     tree_map,
 )
@@ -229,10 +230,8 @@ class _Problem(eqx.Module):
         return lambda y: self.loss_and_aux(project(y, lower, upper), has_aux)[0]
 
 
-def _step_impl(static, dynamic, carry: _Carry) -> _Carry:
-    """One optimizer step of the solve (the body of the skip loop)."""
-    treedef, leaves, options, bar = static
-    problem: _Problem = eqx.combine(dynamic, jtu.tree_unflatten(treedef, leaves))
+def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
+    """One optimizer step of the solve (the body of its loop)."""
     optimizer, has_aux = problem.optimizer, options.has_aux
     extra: dict[str, Any] = dict(
         value=carry.f, grad=conj(carry.g), value_fn=problem.value_fn(has_aux)
@@ -344,17 +343,6 @@ def _check(f, g, y, bounds, options):
     else:  # the projection may clip an infinite entry; |complex| may overflow
         finite = jnp.isfinite(f) & _all_finite(g)
     return converged, finite
-
-
-# Jitted, so that the several traces of the loop body that the checkpointed loops make
-# reuse one trace of the step (`jax.jit` caches it) instead of tracing it again.
-_step_jit = jax.jit(_step_impl, static_argnums=0)
-
-
-def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
-    dynamic, static = eqx.partition(problem, eqx.is_array)
-    leaves, treedef = jtu.tree_flatten(static)
-    return _step_jit((treedef, tuple(leaves), options, bar), dynamic, carry)
 
 
 def _primal(inputs):
@@ -575,9 +563,7 @@ def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solut
     dynamic = [x if a else None for x, a in zip(leaves, arrays)]
     static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
     rest = (options, throw_inside, adjoint)
-    try:
-        hash(static)
-    except TypeError:
+    if not hashable(static):
         _raise_unhashable(fn, optimizer, y0, args, bounds)
     sol = _solve_jit["nested" if traced else "top"](dynamic, static, *rest)
     if throw and not traced and not succeeded(sol.result):
@@ -589,21 +575,19 @@ def _raise_unhashable(fn, optimizer, y0, args, bounds):
     """The non-array parts of the inputs are the compilation key: name the first one
     that cannot be hashed."""
     inputs = dict(fn=fn, optimizer=optimizer, y0=y0, args=args, bounds=bounds)
-    for path, leaf in jtu.tree_leaves_with_path(inputs):
-        if not eqx.is_array(leaf):
-            try:
-                hash(leaf)
-            except TypeError:
-                name, rest = jtu.keystr(path[:1])[2:-2], jtu.keystr(path[1:])
+    for name, value in inputs.items():
+        for path, leaf in jtu.tree_leaves_with_path(value):
+            if not eqx.is_array(leaf) and not hashable(leaf):
                 raise ValueError(
-                    f"eqxopt.minimize: `{name}{rest}` is a non-array leaf (a static "
-                    "part of the compilation key, as in `equinox.filter_jit`) that "
-                    f"cannot be hashed: {type(leaf).__name__}. Pass arrays, hashable "
-                    "values, or a PyTree (e.g. an `eqx.Module`) instead."
-                ) from None
-    raise ValueError(  # pragma: no cover - a leaf above is unhashable
-        "eqxopt.minimize: the non-array parts of the inputs cannot be hashed."
-    )
+                    f"eqxopt.minimize: `{name}{jtu.keystr(path)}` is a non-array leaf "
+                    "(a static part of the compilation key, as in "
+                    "`equinox.filter_jit`) that cannot be hashed: "
+                    f"{type(leaf).__name__}. Pass arrays, hashable values, or a PyTree "
+                    "(e.g. an `eqx.Module`) instead."
+                )
+    # (A PyTree structure hashed even with unhashable static data in a node, a list
+    # in an `eqx.field(static=True)` or a registered node's aux data: jax 0.10.2.)
+    raise AssertionError("eqxopt.minimize: unhashable inputs, but no unhashable leaf")
 
 
 def _check_y0(y0):

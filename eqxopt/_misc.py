@@ -72,11 +72,16 @@ def _abstract_key(args, kwargs):
         else:
             return None
     key = tuple(parts)
+    return key if hashable(key) else None
+
+
+def hashable(x) -> bool:
+    """Whether `hash(x)` succeeds (e.g. a static part of a compilation key)."""
     try:
-        hash(key)
-    except TypeError:  # an unhashable static part of the structure
-        return None
-    return key
+        hash(x)
+    except TypeError:
+        return False
+    return True
 
 
 def is_none(x: Any) -> bool:
