@@ -58,6 +58,18 @@ _CALLED = re.compile(
     r"(?:condition|body|to_apply|calls|true_computation|false_computation"
     r"|branch_computations)=(\{[^}]*\}|%?[\w.\-]+)"
 )
+
+
+def _called(line: str) -> list[str]:
+    """The computations an HLO instruction's line calls (a loop's condition and body,
+    a fusion's, a conditional's branches, a reduction's)."""
+    return [
+        name.strip().lstrip("%")
+        for m in _CALLED.finditer(line)
+        for name in m.group(1).strip("{}").split(",")
+    ]
+
+
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
@@ -90,10 +102,9 @@ def runs(hlo: str) -> dict[str, int]:
         count[name] += times
         for line in comps[name]:
             trip = _TRIP_COUNT.search(line) if re.search(r"\swhile\(", line) else None
-            for m in _CALLED.finditer(line):
-                for called in m.group(1).strip("{}").split(","):
-                    n = int(trip.group(1)) if trip is not None else 1
-                    visit(called.strip().lstrip("%"), times * n)
+            for called in _called(line):
+                n = int(trip.group(1)) if trip is not None else 1
+                visit(called, times * n)
 
     visit(entry, 1)
     return count
@@ -396,9 +407,8 @@ def loops_with_collectives(hlo: str) -> tuple[int, list[str]]:
         for line in comps[name]:
             if _COLLECTIVE.search(line):
                 found.append(line.strip())
-            for m in _CALLED.finditer(line):
-                for c in m.group(1).split(","):
-                    found += collectives(c.strip().lstrip("%"), seen)
+            for called in _called(line):
+                found += collectives(called, seen)
         return found
 
     loops, inside = 0, []
