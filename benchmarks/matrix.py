@@ -294,8 +294,9 @@ def main():
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--matmul-size", type=int, default=None)
     # Repeats of the fast contenders (the matmul, AdamW) last this long, so that the
-    # matmul rate is not taken from a moment's load while a Muon step lasts seconds.
-    parser.add_argument("--min-seconds", type=float, default=0.5)
+    # matmul rate is not taken from a moment's load while a Muon step lasts seconds
+    # (default 0.5; `--quick`, which only checks that the script runs, 0.02).
+    parser.add_argument("--min-seconds", type=float, default=None)
     parser.add_argument(
         "--soap-direct",
         action=argparse.BooleanOptionalAction,
@@ -312,6 +313,8 @@ def main():
     args = parser.parse_args()
     sizes = args.sizes or ("200K" if args.quick else "10M,50M")
     args.repeats = args.repeats or 3
+    if args.min_seconds is None:
+        args.min_seconds = 0.02 if args.quick else 0.5
     args.matmul_size = args.matmul_size or (256 if args.quick else 1024)
     args.layers = args.layers or (1 if args.quick else 5)
 
