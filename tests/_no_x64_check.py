@@ -6,9 +6,7 @@ suite). One grad dtype per param dtype: what x64 changes (the default dtypes of
 `jnp.zeros`, `jnp.arange`, Python scalars made arrays) shows whatever the grads' dtype,
 and every param/grad pairing is checked with x64 on (test_properties.py); bfloat16
 params get float32 grads, Optax 0.2.8's failing setting. Prints one line per failure,
-then a summary.
-With arguments `SHARD NUM_SHARDS`, checks only every NUM_SHARDS-th case from SHARD on
-(so that test workers share the work)."""
+then a summary."""
 
 import os
 import sys
@@ -27,15 +25,13 @@ from tests.test_properties import check_state_properties  # noqa: E402
 
 
 PAIRS = [("float16", "same"), ("bfloat16", "float32"), ("float32", "same")]
-shard, num_shards = (int(a) for a in sys.argv[1:3]) if len(sys.argv) > 2 else (0, 1)
-cases = CASES[shard::num_shards]
 failures = 0
-for case in cases:
+for case in CASES:
     for dtype_name, grad_dtype in PAIRS:
         try:
             check_state_properties(case.make(), case, dtype_name, grad_dtype)
         except Exception as e:  # noqa: BLE001
             failures += 1
             print(f"FAIL {case.id} {dtype_name} {grad_dtype}: {type(e).__name__}: {e}")
-print(f"{failures} failures over {len(cases)} cases")
+print(f"{failures} failures over {len(CASES)} cases")
 sys.exit(1 if failures else 0)
