@@ -8,6 +8,7 @@ and every param/grad pairing is checked with x64 on (test_properties.py); bfloat
 params get float32 grads, Optax 0.2.8's failing setting. Prints one line per failure,
 then a summary."""
 
+import gc
 import os
 import sys
 
@@ -33,5 +34,7 @@ for case in CASES:
         except Exception as e:  # noqa: BLE001
             failures += 1
             print(f"FAIL {case.id} {dtype_name} {grad_dtype}: {type(e).__name__}: {e}")
+    gc.collect(1)  # as tests/conftest.py after each test: see there
+    gc.freeze()
 print(f"{failures} failures over {len(CASES)} cases")
 sys.exit(1 if failures else 0)

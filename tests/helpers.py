@@ -1,5 +1,6 @@
 """Shared test helpers and THE registry of optimizers (from tests/registry/)."""
 
+import functools
 import importlib
 import os
 import pkgutil
@@ -122,17 +123,33 @@ def avals(tree):
     ]
 
 
+@functools.cache
+def compiled(fn: Callable) -> Callable:
+    """`eqx.filter_jit(fn)`, one per function, so that every call after the first
+    per input signature runs one compiled program. (A registry loss's gradient,
+    taken eagerly, is traced op by op again at every call: about 40 ms, thousands
+    of times in the suite.)"""
+    return eqx.filter_jit(fn)
+
+
+@functools.cache
+def _grad(loss: Callable) -> Callable:
+    return compiled(jax.grad(loss))
+
+
 def case_grads(case: Case, params, key, dtype=None):
     """The grads a test feeds `case`: random normals, or the gradient of `case.loss`.
     `dtype` overrides the grads' dtype (e.g. float32 grads for bfloat16 params)."""
     if case.loss is None:
         return random_like(key, params, dtype)
-    grads = jax.grad(case.loss)(params)
+    grads = _grad(case.loss)(params)
     return jtu.tree_map(lambda g: g.astype(dtype or g.dtype), grads)
 
 
 def case_extra(case: Case, params) -> dict:
-    return {} if case.extra is None else case.extra(params)
+    """The extra `update` arguments of `case` at `params` (values, gradients and
+    functions: see `Case.extra`), computed by one compiled program."""
+    return {} if case.extra is None else compiled(case.extra)(params)
 
 
 def subprocess_env(devices: int | None = None) -> dict[str, str]:
