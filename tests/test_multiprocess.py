@@ -166,8 +166,7 @@ def _assert_close(got, want, rtol=1e-5):
 @pytest.mark.slow
 def test_two_processes_train_and_checkpoint_like_one(tmp_path):
     pytest.importorskip("orbax.checkpoint")
-    names = OPTIMIZERS
-    which = ("--optimizers", ",".join(names))
+    which = ("--optimizers", ",".join(OPTIMIZERS))
     ckpt, train_out = tmp_path / "ckpt", tmp_path / "train.npz"
     ref_out = tmp_path / "ref.npz"
     port = _free_port()
@@ -212,7 +211,7 @@ def test_two_processes_train_and_checkpoint_like_one(tmp_path):
         train = dict(f)
     with np.load(ref_out) as f:
         reference = dict(f)
-    for name in names:
+    for name in OPTIMIZERS:
         rtol = RELATIVE_TOLERANCE.get(name, 1e-5)
         # 2 processes (4 devices each) == 1 process (8 devices), params and state.
         _assert_close(
