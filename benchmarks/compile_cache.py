@@ -1,19 +1,21 @@
-"""JAX's persistent compilation cache and the first call of `eqxopt.minimize`.
+"""JAX's persistent compilation cache and the first call of a full-batch solve.
 
-Runs the same script twice, each time in a fresh Python process with the persistent
-compilation cache in one (new, temporary) directory, and prints each process's first
-call of `minimize(f, eqxopt.LBFGS(), y0)` (tracing, lowering, compilation or a cache
-load, and the solve) and the ratio second / first. The first process compiles and
-writes the executable to the cache; the second traces and lowers again (JAX caches no
-traces across processes) but loads the executable instead of compiling it.
+For each problem of the unbounded set of `benchmarks/minimize.py` and each solver
+(`eqxopt.minimize(fn, eqxopt.LBFGS(), y0)`, and Optax's lbfgs loop as that script runs
+it, with the same stopping rule), runs the same solve twice, each time in a fresh
+Python process with the persistent compilation cache in one (new, temporary)
+directory, and prints each process's first call (tracing, lowering, compilation or a
+cache load, and the solve) and the ratio second / first. The first process compiles
+and writes the executable to the cache; the second traces and lowers again (JAX
+caches no traces across processes) but loads the executable instead of compiling it.
 
-    python benchmarks/compile_cache.py [--quick] [--problem rosenbrock|logistic]
-        [--repeats N]
+    python benchmarks/compile_cache.py [--quick] [--only NAME,...]
+        [--solvers eqxopt,optax] [--repeats N]
 
-Both problems (Rosenbrock 10; a logistic regression, 500 x 20) unless `--problem`
-names one. With `--repeats N` the pair of processes runs N times per problem (a new
-cache each time) and the medians are printed; `--quick` (the smoke test's mode) is
-one pair on Rosenbrock.
+Every problem of the set and both solvers by default; with `--repeats N` (default 3)
+each pair of processes runs N times (a new cache each time) and the medians are
+printed, then per solver the median over the problems of the per-problem ratios.
+`--quick` (the smoke test's mode) is one pair, eqxopt on Rosenbrock 10.
 """
 
 import argparse
@@ -22,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 
 _CHILD = r"""
@@ -36,43 +39,25 @@ jax.config.update("jax_compilation_cache_dir", sys.argv[1])
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
-import jax.numpy as jnp
-import jax.random as jr
+sys.path.insert(0, sys.argv[4])
+import minimize as bench  # the benchmark set and its solvers
 
-import eqxopt
-
-jax.block_until_ready(jnp.zeros(()) + 1)  # backend start-up, not measured
-
-
-def rosenbrock(y, args):
-    return jnp.sum(100.0 * (y[1:] - y[:-1] ** 2) ** 2 + (1.0 - y[:-1]) ** 2)
-
-
-def logistic(w, args):
-    x, labels = args
-    logits = x @ w[:-1] + w[-1]
-    return jnp.mean(jnp.logaddexp(0.0, logits) - labels * logits) + 1e-3 * jnp.sum(
-        w[:-1] ** 2
-    )
-
-
-if sys.argv[2] == "rosenbrock":
-    fn, y0, args = rosenbrock, jnp.tile(jnp.array([-1.2, 1.0]), 5), None
-else:
-    x = jr.normal(jr.key(0), (500, 20))
-    labels = (x @ jnp.linspace(-1, 1, 20) > 0).astype(jnp.float64)
-    fn, y0, args = logistic, jnp.zeros(21), (x, labels)
+problem = bench._problems(False, [sys.argv[2]])[0]
+solve = {"eqxopt": bench.solve_eqxopt, "optax": bench.solve_optax}[sys.argv[3]]
+jax.block_until_ready((problem.y0, problem.args))  # data and backend start-up
 wall, cpu = time.perf_counter(), time.process_time()
-sol = eqxopt.minimize(fn, eqxopt.LBFGS(), y0, args, max_steps=1000, atol=1e-6)
-jax.block_until_ready(sol.value)
+y, fevals = solve(problem)
+jax.block_until_ready(y)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-print(json.dumps({"wall": wall, "cpu": cpu, "fevals": int(sol.stats["num_fevals"])}))
+print(json.dumps({"wall": wall, "cpu": cpu, "fevals": int(fevals)}))
 """
 
+_HERE = Path(__file__).resolve().parent
 
-def _first_call(cache_dir: str, problem: str) -> dict:
+
+def _first_call(cache_dir: str, problem: str, solver: str) -> dict:
     out = subprocess.run(
-        [sys.executable, "-c", _CHILD, cache_dir, problem],
+        [sys.executable, "-c", _CHILD, cache_dir, problem, solver, str(_HERE)],
         check=True,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -81,54 +66,84 @@ def _first_call(cache_dir: str, problem: str) -> dict:
     return json.loads(str(out.stdout).strip().splitlines()[-1])
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=str(__doc__).splitlines()[0])
-    parser.add_argument(
-        "--problem",
-        choices=("rosenbrock", "logistic"),
-        help="one problem (default: both; `--quick`: Rosenbrock)",
-    )
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--quick", action="store_true", help="one pair of processes")
-    opts = parser.parse_args(argv)
-    if opts.quick:
-        opts.repeats = 1
-    if opts.problem:
-        problems = [opts.problem]
-    else:
-        problems = ["rosenbrock"] if opts.quick else ["rosenbrock", "logistic"]
-    return {problem: _measure(problem, opts.repeats) for problem in problems}
-
-
-def _measure(problem: str, repeats: int) -> float:
-    """`repeats` pairs of processes on `problem`; prints each and the medians, and
-    returns the median wall-time ratio second / first."""
+def _measure(problem: str, solver: str, repeats: int) -> dict:
+    """`repeats` pairs of processes; the medians of their first calls."""
     firsts, seconds = [], []
     for _ in range(repeats):
         with tempfile.TemporaryDirectory() as cache_dir:
-            first = _first_call(cache_dir, problem)
-            second = _first_call(cache_dir, problem)
-        assert first["fevals"] == second["fevals"]
+            first = _first_call(cache_dir, problem, solver)
+            second = _first_call(cache_dir, problem, solver)
+        # The same executable: the same solve to the last evaluation.
+        assert first["fevals"] == second["fevals"], (first, second)
         firsts.append(first)
         seconds.append(second)
-        print(
-            f"{problem}: first process {first['wall'] * 1e3:.0f} ms "
-            f"(cpu {first['cpu'] * 1e3:.0f} ms), second process "
-            f"{second['wall'] * 1e3:.0f} ms (cpu {second['cpu'] * 1e3:.0f} ms): "
-            f"ratio {second['wall'] / first['wall']:.2f}",
-            flush=True,
-        )
-    wall1 = statistics.median(r["wall"] for r in firsts)
-    wall2 = statistics.median(r["wall"] for r in seconds)
-    cpu1 = statistics.median(r["cpu"] for r in firsts)
-    cpu2 = statistics.median(r["cpu"] for r in seconds)
+    med = lambda rows, key: statistics.median(r[key] for r in rows)
+    row = {
+        "first": med(firsts, "wall"),
+        "second": med(seconds, "wall"),
+        "ratio": statistics.median(
+            s["wall"] / f["wall"] for f, s in zip(firsts, seconds)
+        ),
+        "ratio_cpu": med(seconds, "cpu") / med(firsts, "cpu"),
+    }
     print(
-        f"{problem}: median first call without the cache {wall1 * 1e3:.0f} ms, from "
-        f"the cache {wall2 * 1e3:.0f} ms; ratio {wall2 / wall1:.2f} (cpu time "
-        f"{cpu2 / cpu1:.2f})",
+        f"{problem} {solver}: first process {row['first'] * 1e3:.0f} ms, second "
+        f"{row['second'] * 1e3:.0f} ms: ratio {row['ratio']:.2f} (cpu "
+        f"{row['ratio_cpu']:.2f}; median of {repeats})",
         flush=True,
     )
-    return wall2 / wall1
+    return row
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=str(__doc__).splitlines()[0])
+    parser.add_argument("--only", help="comma-separated problem names")
+    parser.add_argument("--solvers", default="eqxopt,optax", help="eqxopt, optax")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="one pair, one problem")
+    opts = parser.parse_args(argv)
+    solvers = opts.solvers.split(",")
+    if opts.quick:
+        names, solvers, opts.repeats = ["rosenbrock_10"], ["eqxopt"], 1
+    else:
+        sys.path.insert(0, str(_HERE))
+        import minimize as bench
+
+        wanted = opts.only.split(",") if opts.only else bench.UNBOUNDED
+        names = [name for name in bench.UNBOUNDED if name in wanted]
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            parser.error(f"unknown problems {unknown}; the set: {bench.UNBOUNDED}")
+    rows = {(p, s): _measure(p, s, opts.repeats) for p in names for s in solvers}
+
+    heads = [f"{s} first / second (ratio)" for s in solvers]
+    print("\n| problem | " + " | ".join(heads) + " |")
+    print("|---|" + "---|" * len(solvers))
+    for p in names:
+        cells = [
+            f"{rows[p, s]['first'] * 1e3:.0f} / {rows[p, s]['second'] * 1e3:.0f} ms "
+            f"({rows[p, s]['ratio']:.2f})"
+            for s in solvers
+        ]
+        print(f"| {p} | " + " | ".join(cells) + " |")
+    summary = {}
+    for s in solvers:
+        ratios = [rows[p, s]["ratio"] for p in names]
+        summary[s] = statistics.median(ratios)
+        print(
+            f"{s}: second / first process, median over {len(names)} problems "
+            f"{summary[s]:.2f} (range {min(ratios):.2f}-{max(ratios):.2f}; target 0.3)"
+        )
+    if "eqxopt" in solvers and "optax" in solvers:
+        seconds = [
+            rows[p, "eqxopt"]["second"] / rows[p, "optax"]["second"] for p in names
+        ]
+        print(
+            "second process, eqxopt / Optax: median "
+            f"{statistics.median(seconds):.2f} (range {min(seconds):.2f}-"
+            f"{max(seconds):.2f})"
+        )
+    return dict(rows=rows, summary=summary)
 
 
 if __name__ == "__main__":
