@@ -106,8 +106,7 @@ def main(argv=None):
     if opts.quick:
         names, solvers, opts.repeats = ["rosenbrock_10"], ["eqxopt"], 1
     else:
-        sys.path.insert(0, str(_HERE))
-        import minimize as bench
+        import minimize as bench  # (this script's folder is on `sys.path`)
 
         wanted = opts.only.split(",") if opts.only else bench.UNBOUNDED
         names = [name for name in bench.UNBOUNDED if name in wanted]

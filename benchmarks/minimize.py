@@ -121,78 +121,64 @@ class Problem(NamedTuple):
     bounds: Any = None  # `(lower, upper)`, arrays shaped like `y0` (+-inf: open)
 
 
-UNBOUNDED = (
-    "rosenbrock_2",
-    "rosenbrock_10",
-    "rosenbrock_100",
-    "rosenbrock_1000",
-    "extended_powell_100",
-    "quadratic_cond1e4",
-    "logistic_500x20",
-    "beale",
-    "decay_fit",
-)
+def _keys():
+    return jr.split(jr.key(0), 4)
+
+
+def _rosenbrock(size: int, max_steps: int) -> Problem:
+    y0 = jnp.tile(jnp.array([-1.2, 1.0]), size // 2)
+    return Problem(f"rosenbrock_{size}", rosenbrock, y0, None, max_steps)
+
+
+def _quadratic(n: int = 100) -> Problem:
+    k1, k2, _, _ = _keys()
+    q, _ = jnp.linalg.qr(jr.normal(k1, (n, n)))
+    matrix = (q * jnp.logspace(0, 4, n)) @ q.T
+    matrix = 0.5 * (matrix + matrix.T)
+    b = jr.normal(k2, (n,))
+    return Problem("quadratic_cond1e4", quadratic, jnp.ones(n), (matrix, b), 2000)
+
+
+def _logistic() -> Problem:
+    _, _, k3, k4 = _keys()
+    x = jr.normal(k3, (500, 20))
+    w_true = jnp.linspace(-1, 1, 20)
+    labels = (x @ w_true + 0.5 * jr.normal(k4, (500,)) > 0).astype(jnp.float64)
+    return Problem("logistic_500x20", logistic, jnp.zeros(21), (x, labels, 1e-3), 1000)
+
+
+def _decay_fit() -> Problem:
+    t = jnp.linspace(0, 4, 50)
+    data = 2.0 * jnp.exp(-1.3 * t) + 0.5 + 0.01 * jnp.sin(37.0 * t)
+    return Problem("decay_fit", decay_fit, jnp.array([1.0, 1.0, 0.0]), (t, data), 1000)
+
+
+# The unbounded set, by name: each problem's data is built only when it is asked for.
+_UNBOUNDED: dict[str, Callable[[], Problem]] = {
+    "rosenbrock_2": lambda: _rosenbrock(2, 1000),
+    "rosenbrock_10": lambda: _rosenbrock(10, 1000),
+    "rosenbrock_100": lambda: _rosenbrock(100, 2000),
+    "rosenbrock_1000": lambda: _rosenbrock(1000, 10_000),
+    "extended_powell_100": lambda: Problem(
+        "extended_powell_100",
+        extended_powell,
+        jnp.tile(jnp.array([3.0, -1.0, 0.0, 1.0]), 25),
+        None,
+        1000,
+    ),
+    "quadratic_cond1e4": _quadratic,
+    "logistic_500x20": _logistic,
+    "beale": lambda: Problem("beale", beale, jnp.array([1.0, 1.0]), None, 1000),
+    "decay_fit": _decay_fit,
+}
+UNBOUNDED = tuple(_UNBOUNDED)
 
 
 def _problems(quick: bool, names: Sequence[str] | None = None) -> list[Problem]:
-    """The unbounded set (`--quick`: two of it), or the problems named in `names` (in
-    the set's order); the data of a problem is built only when it is asked for."""
-    n = 100
-
-    def keys():
-        return jr.split(jr.key(0), 4)
-
-    def rosen(size, max_steps):
-        y0 = jnp.tile(jnp.array([-1.2, 1.0]), size // 2)
-        return Problem(f"rosenbrock_{size}", rosenbrock, y0, None, max_steps)
-
-    def quadratic_problem():
-        k1, k2, _, _ = keys()
-        q, _ = jnp.linalg.qr(jr.normal(k1, (n, n)))
-        matrix = (q * jnp.logspace(0, 4, n)) @ q.T
-        matrix = 0.5 * (matrix + matrix.T)
-        b = jr.normal(k2, (n,))
-        return Problem("quadratic_cond1e4", quadratic, jnp.ones(n), (matrix, b), 2000)
-
-    def logistic_problem():
-        _, _, k3, k4 = keys()
-        x = jr.normal(k3, (500, 20))
-        w_true = jnp.linspace(-1, 1, 20)
-        labels = (x @ w_true + 0.5 * jr.normal(k4, (500,)) > 0).astype(jnp.float64)
-        args = (x, labels, 1e-3)
-        return Problem("logistic_500x20", logistic, jnp.zeros(21), args, 1000)
-
-    def decay_problem():
-        t = jnp.linspace(0, 4, 50)
-        data = 2.0 * jnp.exp(-1.3 * t) + 0.5 + 0.01 * jnp.sin(37.0 * t)
-        return Problem(
-            "decay_fit", decay_fit, jnp.array([1.0, 1.0, 0.0]), (t, data), 1000
-        )
-
-    builders: dict[str, Callable[[], Problem]] = {
-        "rosenbrock_2": lambda: rosen(2, 1000),
-        "rosenbrock_10": lambda: rosen(10, 1000),
-        "rosenbrock_100": lambda: rosen(100, 2000),
-        "rosenbrock_1000": lambda: rosen(1000, 10_000),
-        "extended_powell_100": lambda: Problem(
-            "extended_powell_100",
-            extended_powell,
-            jnp.tile(jnp.array([3.0, -1.0, 0.0, 1.0]), 25),
-            None,
-            1000,
-        ),
-        "quadratic_cond1e4": quadratic_problem,
-        "logistic_500x20": logistic_problem,
-        "beale": lambda: Problem("beale", beale, jnp.array([1.0, 1.0]), None, 1000),
-        "decay_fit": decay_problem,
-    }
-    assert tuple(builders) == UNBOUNDED
+    """The unbounded set (`--quick`: two of it), or the problems named in `names`."""
     if names is None:
         names = ("rosenbrock_2", "decay_fit") if quick else UNBOUNDED
-    unknown = sorted(set(names) - set(builders))
-    if unknown:
-        raise SystemExit(f"unknown problems {unknown}; the set: {', '.join(builders)}")
-    return [build() for name, build in builders.items() if name in names]
+    return [_UNBOUNDED[name]() for name in names]
 
 
 # --- solvers: each `solve(problem) -> (y, num_fevals)`, jitted where it applies ------
