@@ -502,26 +502,29 @@ def _jit_body(dynamic, static, *rest):
 # compile with XLA's defaults):
 # - XLA's older (non-MLIR) fusion emitters generate this code about twice as fast,
 #   with the same run time;
-# - the LLVM module is compiled whole (`split_count` 1) instead of split into parts
-#   compiled on parallel threads: splitting saves no CPU time on a program of a few
-#   dozen small kernels, it adds per-part overhead. Measured on the nine unbounded
-#   benchmark problems (2-core shared CPU, CPU time): XLA compilation 15-25% shorter
-#   (Rosenbrock 10: 425 -> 325 ms, logistic 500x20: 710 -> 610 ms), the same run
-#   time on the 10,000-variable bounded problem, Rosenbrock 1000 and the quadratic
-#   (medians of 11 runs within 5%). The same evaluations and solutions on all 17
-#   unbounded and bounded benchmark problems but one, where LLVM's code for one
-#   module differs from that for its parts in a last bit (inlining, multiply-add
-#   contraction): Rosenbrock 10's solution moved by 2e-12. The test suite compiles
-#   with it.
-#   Not used: `xla_llvm_disable_expensive_passes` and copy insertion's region
-#   analysis (no measurable gain); `xla_backend_optimization_level=1` (a third less
-#   compilation per reduction over 100 or more elements, but other rounding: other
-#   iterates on 4 of 5 problems, and the 10,000-variable solve 8% slower); and
-#   level 0 (40% less compilation, runs up to 9x slower).
+# - the LLVM module is split into 2 parts compiled on parallel threads, not XLA's
+#   default of one part per few kernels: each part has a fixed cost, and on a
+#   program of a few dozen small kernels more parts cost CPU time without shortening
+#   the wall time. Measured on the nine unbounded benchmark problems (first calls in
+#   one process, 2-core shared CPU, interleaved): the default split takes 1.2-1.3x the
+#   CPU time of 2 parts; 1 part (one thread) the same CPU time as 2 parts but 1.1-1.2x
+#   the wall time (Rosenbrock 10's compilation: 315 ms wall for 1 part and for the
+#   default, 277 ms for 2; CPU 368, 475 and 369 ms). 1 and 2 parts give the same
+#   evaluations and solutions, to the last bit, on all 17 unbounded and bounded
+#   benchmark problems. The number is fixed, not the machine's core count: LLVM's
+#   code for a part can differ from that for the whole in a last bit (inlining,
+#   multiply-add contraction), and a solve's iterates should not depend on the
+#   machine it compiles on.
+#   Not used: `xla_llvm_disable_expensive_passes`, copy insertion's region analysis
+#   and `xla_cpu_opt_preset=1` (no measurable gain);
+#   `xla_backend_optimization_level=1` (a third less compilation per reduction over
+#   100 or more elements, but other rounding: other iterates on 4 of 5 problems, and
+#   the 10,000-variable solve 8% slower); and level 0 (40% less compilation, runs up
+#   to 9x slower).
 _CPU_OPTIONS = (
     {
         "xla_cpu_use_fusion_emitters": False,
-        "xla_cpu_parallel_codegen_split_count": 1,
+        "xla_cpu_parallel_codegen_split_count": 2,
     }
     if (0, 5, 0) <= jax.__version_info__ < (0, 11, 0)
     else {}
