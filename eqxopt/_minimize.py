@@ -496,7 +496,7 @@ def _jit_body(dynamic, static, *rest):
 
 
 # The solve is a loop of small, mostly scalar kernels: XLA's CPU compile time is
-# dominated by LLVM code generation for each of them (about 60% of it on Rosenbrock
+# dominated by LLVM code generation for each of them (about 3/4 of it on Rosenbrock
 # 10, the HLO passes most of the rest). Two per-computation options (other backends
 # ignore them; they exist in the XLA of the jaxlib versions below, other versions
 # compile with XLA's defaults):
@@ -505,16 +505,16 @@ def _jit_body(dynamic, static, *rest):
 # - the LLVM module is split into 2 parts compiled on parallel threads, not XLA's
 #   default of one part per few kernels: each part has a fixed cost, and on a
 #   program of a few dozen small kernels more parts cost CPU time without shortening
-#   the wall time. Measured on the nine unbounded benchmark problems (first calls in
-#   one process, 2-core shared CPU, interleaved): the default split takes 1.2-1.3x the
-#   CPU time of 2 parts; 1 part (one thread) the same CPU time as 2 parts but 1.1-1.2x
-#   the wall time (Rosenbrock 10's compilation: 315 ms wall for 1 part and for the
-#   default, 277 ms for 2; CPU 368, 475 and 369 ms). 1 and 2 parts give the same
-#   evaluations and solutions, to the last bit, on all 17 unbounded and bounded
-#   benchmark problems. The number is fixed, not the machine's core count: LLVM's
-#   code for a part can differ from that for the whole in a last bit (inlining,
-#   multiply-add contraction), and a solve's iterates should not depend on the
-#   machine it compiles on.
+#   the wall time. Rosenbrock 10's compilation (2-core shared CPU, medians of 7): 1
+#   part 315 ms wall, 368 ms CPU; the default split 315 and 475 ms; 2 parts 277 and
+#   369 ms. Over first calls of the nine unbounded benchmark problems (in one process,
+#   interleaved, two runs), 1 part took the same CPU time as 2 parts and 1.11 and 1.17
+#   times the wall time (median ratios), the default split about 1.1x the CPU time.
+#   1 and 2 parts give the same evaluations and solutions, to the last bit, on all 17
+#   unbounded and bounded benchmark problems. The number is fixed, not the machine's
+#   core count: LLVM's code for a part can differ from that for the whole in a last
+#   bit (inlining, multiply-add contraction), and a solve's iterates should not depend
+#   on the machine it compiles on.
 #   Not used: `xla_llvm_disable_expensive_passes`, copy insertion's region analysis
 #   and `xla_cpu_opt_preset=1` (no measurable gain);
 #   `xla_backend_optimization_level=1` (a third less compilation per reduction over
