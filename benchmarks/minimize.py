@@ -717,13 +717,12 @@ def run_first_call(opts, repeats):
     print("|---|---|---|---|")
     ratios = {"wall": [], "cpu": []}
     for p in problems:
-        cells = []
-        for clock, times in (("wall", wall), ("cpu", cpu)):
-            e = statistics.median(times[p.name, "eqxopt LBFGS"])
-            o = statistics.median(times[p.name, "optax lbfgs"])
-            ratios[clock].append(e / o)
-            cells.append((e, o))
-        (ew, ow), (ec, oc) = cells
+        (ew, ow), (ec, oc) = [
+            [statistics.median(times[p.name, name]) for name in solvers]
+            for times in (wall, cpu)
+        ]
+        ratios["wall"].append(ew / ow)
+        ratios["cpu"].append(ec / oc)
         print(
             f"| {p.name} | {ew * 1e3:.0f} ms ({ec * 1e3:.0f}) | {ow * 1e3:.0f} ms "
             f"({oc * 1e3:.0f}) | {ew / ow:.2f} ({ec / oc:.2f}) |"

@@ -502,14 +502,15 @@ def _jit_body(dynamic, static, *rest):
 # compile with XLA's defaults):
 # - XLA's older (non-MLIR) fusion emitters generate this code about twice as fast,
 #   with the same run time;
-# - the LLVM module is split into 2 parts compiled on parallel threads, not XLA's
-#   default of one part per few kernels: each part has a fixed cost, and on a
-#   program of a few dozen small kernels more parts cost CPU time without shortening
-#   the wall time. Rosenbrock 10's compilation (2-core shared CPU, medians of 7): 1
-#   part 315 ms wall, 368 ms CPU; the default split 315 and 475 ms; 2 parts 277 and
-#   369 ms. Over first calls of the nine unbounded benchmark problems (in one process,
-#   interleaved, two runs), 1 part took the same CPU time as 2 parts and 1.11 and 1.17
-#   times the wall time (median ratios), the default split about 1.1x the CPU time.
+# - the LLVM module is split into 2 parts compiled on parallel threads, not into
+#   XLA's default number: each part has a fixed cost, and on a program of a few
+#   dozen small kernels more parts cost CPU time without shortening the wall time.
+#   Rosenbrock 10's compilation (2-core shared CPU, medians of 7): 1 part 315 ms
+#   wall, 368 ms CPU; the default split 315 and 475 ms; 2 parts 277 and 369 ms. Over
+#   first calls of the nine unbounded benchmark problems (in one process,
+#   interleaved, two runs), 1 part took the same CPU time as 2 parts and 1.11 and
+#   1.17 times the wall time (median ratios); the default split (one run) about 1.1x
+#   the CPU time.
 #   1 and 2 parts give the same evaluations and solutions, to the last bit, on all 17
 #   unbounded and bounded benchmark problems. The number is fixed, not the machine's
 #   core count: LLVM's code for a part can differ from that for the whole in a last
