@@ -647,9 +647,10 @@ def minimize(
     `lax.cond`, through which XLA would copy the whole state). It is compiled once per
     `fn`, optimizer structure and input shapes (as `equinox.filter_jit`: arrays
     traced, everything else static), with XLA's older CPU fusion emitters, which
-    compile this loop of small kernels about twice as fast, as one LLVM module (15-25%
-    less compilation than split across threads); `fn` is traced once per
-    compilation (the evaluations at `y0` and in the line search share the trace).
+    compile this loop of small kernels about twice as fast, and as an LLVM module
+    split in two parts compiled on two threads (figures in the "Performance" section
+    of the full-batch minimization guide); `fn` is traced once per compilation (the
+    evaluations at `y0` and in the line search share the trace).
 
     **Arguments:**
 
