@@ -516,8 +516,11 @@ def _jit_body(dynamic, static, *rest):
 #   core count: LLVM's code for a part can differ from that for the whole in a last
 #   bit (inlining, multiply-add contraction), and a solve's iterates should not depend
 #   on the machine it compiles on.
-#   Not used: `xla_llvm_disable_expensive_passes`, copy insertion's region analysis
-#   and `xla_cpu_opt_preset=1` (no measurable gain);
+#   Not used: `xla_llvm_disable_expensive_passes`, copy insertion's region analysis,
+#   `xla_cpu_opt_preset` (0, 1 and 2) and `xla_cpu_prefer_vector_width=128` (no
+#   measurable gain); `xla_cpu_disable_loop_unrolling` (Rosenbrock 100's compilation
+#   394 -> 341 ms, but it is a key of the map `xla_backend_extra_options`, which
+#   `compiler_options` cannot set: only the process-wide `XLA_FLAGS` can);
 #   `xla_backend_optimization_level=1` (a third less compilation per reduction over
 #   100 or more elements, but other rounding: other iterates on 4 of 5 problems, and
 #   the 10,000-variable solve 8% slower); and level 0 (40% less compilation, runs up
