@@ -393,3 +393,25 @@ def test_fn_may_close_over_traced_values(adjoint):
         return jnp.sum(eqxopt.minimize(fn, opt, jnp.zeros(2), adjoint=adjoint).value)
 
     assert jnp.allclose(jax.grad(solution_sum)(jnp.asarray(1.5)), 2.0)
+
+
+def test_solve_compile_options_are_understood_by_this_xla():
+    # The eager solve is compiled with `_CPU_OPTIONS` (see the comment there). An
+    # option this XLA does not know is refused or, for a pass to disable, silently
+    # ignored: the tree-reduction rewrite must exist (it splits a sum over 100
+    # elements into windows of 32) and the solve's options must switch it off.
+    from eqxopt._minimize import _CPU_OPTIONS
+
+    if not _CPU_OPTIONS:
+        pytest.skip("this jax version compiles the solve with XLA's defaults")
+    if jax.default_backend() != "cpu":
+        pytest.skip("CPU options")
+    x = jnp.ones(100)
+
+    def hlo(options):
+        # A new function each time: no compiled program is shared between the two.
+        fn = lambda x: jnp.sum(x * x)
+        return jax.jit(fn, compiler_options=options).lower(x).compile().as_text()
+
+    assert "reduce-window" in hlo({})
+    assert "reduce-window" not in hlo(_CPU_OPTIONS)
