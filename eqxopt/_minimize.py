@@ -1,10 +1,9 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
-import dataclasses
 import sys
 import types
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -29,7 +28,12 @@ from ._misc import (
 )
 from ._solution import result_item, RESULTS, Solution, succeeded
 from ._solver.lbfgsb import LBFGSB
-from ._transform.project import broadcast_bounds, project, project_leaf
+from ._transform.project import (
+    broadcast_bounds,
+    check_bounds,
+    project,
+    project_leaf,
+)
 
 
 _ADJOINTS = ("unrolled", "implicit")
@@ -125,16 +129,17 @@ class _Progress:
             print(file=sys.stderr, flush=True)
 
 
-class _Options(eqx.Module):
-    """The static options of a solve (part of the compilation key). `differentiable`:
+class _Options(NamedTuple):
+    """The static options of a solve (part of the compilation key; a tuple: built on
+    every call, it costs a fraction of a Module's construction). `differentiable`:
     whether reverse mode may differentiate the solve's loops (see `_loop.py`)."""
 
-    max_steps: int = eqx.field(static=True)
-    rtol: float = eqx.field(static=True)
-    atol: float = eqx.field(static=True)
-    has_aux: bool = eqx.field(static=True)
-    progress: bool = eqx.field(static=True)
-    differentiable: bool = eqx.field(static=True, default=True)
+    max_steps: int
+    rtol: float
+    atol: float
+    has_aux: bool
+    progress: bool
+    differentiable: bool = True
 
 
 class _Carry(eqx.Module):
@@ -579,9 +584,7 @@ def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solut
     # Reverse mode can reach the loops only through a traced call with the unrolled
     # adjoint (an eager call's result is concrete; the implicit adjoint's primal is
     # never differentiated): else they are plain loops, faster to trace and compile.
-    options = dataclasses.replace(
-        options, differentiable=traced and adjoint == "unrolled"
-    )
+    options = options._replace(differentiable=traced and adjoint == "unrolled")
     dynamic = [x if a else None for x, a in zip(leaves, arrays)]
     static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
     rest = (options, throw_inside, adjoint)
@@ -752,7 +755,7 @@ def minimize(
             raise ValueError(f"eqxopt.minimize: `{name}` must be >= 0, got {tol}.")
     _check_y0(y0)
     if bounds is not None:  # validate here, where concrete bounds can be checked
-        broadcast_bounds(bounds, eqx.filter(y0, is_param))
+        check_bounds(bounds, eqx.filter(y0, is_param))
     options = _Options(
         int(max_steps), float(rtol), float(atol), bool(has_aux), bool(progress)
     )

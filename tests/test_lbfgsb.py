@@ -152,6 +152,8 @@ def test_bad_bounds():
         eqxopt.minimize(fn, eqxopt.LBFGSB(), y0, bounds=({"w": 1.0}, {"w": 0.0}))
     with pytest.raises(ValueError, match="prefix"):
         eqxopt.minimize(fn, eqxopt.LBFGSB(), y0, bounds=({"v": 1.0}, None))
+    with pytest.raises(ValueError, match="must be real, got a complex `upper`"):
+        eqxopt.minimize(fn, eqxopt.LBFGSB(), y0, bounds=(0.0, {"w": 1j}))
     nan_start = lambda y, args: jnp.sum(y) * jnp.nan
     sol = eqxopt.minimize(
         nan_start, eqxopt.LBFGSB(), jnp.zeros(2), bounds=(0.0, 1.0), throw=False

@@ -20,20 +20,20 @@ def _full(bound, leaf, fill) -> Array:
     dtype = jnp.finfo(leaf.dtype).dtype
     if bound is None:
         return jnp.full(leaf.shape, fill, dtype)
-    bound = jnp.asarray(bound)
-    if jnp.iscomplexobj(bound):
-        raise ValueError("Box bounds must be real, got a complex bound.")
-    return jnp.broadcast_to(bound.astype(dtype), leaf.shape)
+    return jnp.broadcast_to(jnp.asarray(bound).astype(dtype), leaf.shape)
 
 
-def broadcast_bounds(
-    bounds: tuple[Any, Any], params: Params, *, what: str = "bounds"
-) -> tuple[PyTree[Array], PyTree[Array]]:
-    """`(lower, upper)`, each a PyTree prefix of `params` (a scalar or array bounds
-    every element of the subtree it sits over; `None` or +-inf leaves a side open), as
-    two trees of `params`' structure with one array per inexact param leaf (None
-    elsewhere). Raises a `ValueError` naming the leaf where `lower > upper`, for
-    complex params, and when a bound is not a prefix of `params`."""
+def _view(bound, leaf, fill) -> np.ndarray | None:
+    """`bound` broadcast to `leaf`'s shape as a NumPy view (no copy, no JAX
+    operation); None for an open side or a traced bound, whose values are unknown."""
+    if bound is None or isinstance(bound, Tracer):
+        return None
+    return np.broadcast_to(np.asarray(bound), leaf.shape)
+
+
+def _per_param(bounds, params, what: str, leaf_fn) -> list:
+    """For each side of `bounds`, `leaf_fn(bound, leaf, fill)` at every param leaf,
+    with the bound of the subtree the leaf sits in."""
     if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2):
         raise ValueError(f"`{what}` must be a pair `(lower, upper)`, got {bounds!r}.")
     out = []
@@ -41,9 +41,15 @@ def broadcast_bounds(
         ("lower", bounds[0], -jnp.inf),
         ("upper", bounds[1], jnp.inf),
     ):
+        if bound is not None and not isinstance(bound, Tracer):
+            # Checked here, as bounds: a complex one is no prefix error.
+            if any(jnp.iscomplexobj(b) for b in jtu.tree_leaves(bound)):
+                raise ValueError(
+                    f"`{what}`: box bounds must be real, got a complex `{side}` bound."
+                )
 
         def per_subtree(b, sub, fill=fill):
-            return tree_map(lambda p: _full(b, p, fill), sub)
+            return tree_map(lambda p: leaf_fn(b, p, fill), sub)
 
         try:
             full = jtu.tree_map(per_subtree, bound, params, is_leaf=lambda x: x is None)
@@ -54,7 +60,13 @@ def broadcast_bounds(
                 f"params' top levels. ({e})"
             ) from None
         out.append(full)
-    lower, upper = out
+    return out
+
+
+def check_bounds(bounds: tuple[Any, Any], params: Params, *, what: str = "bounds"):
+    """The checks of [`broadcast_bounds`][] (without building its arrays: NumPy views
+    of the concrete bounds, no JAX operation, cheap enough for every eager call)."""
+    lower, upper = _per_param(bounds, params, what, _view)
     for path, p in jtu.tree_flatten_with_path(params)[0]:
         if is_param(p) and jnp.iscomplexobj(p):
             raise ValueError(
@@ -64,13 +76,23 @@ def broadcast_bounds(
     flat_l = jtu.tree_flatten_with_path(lower, is_leaf=lambda x: x is None)[0]
     flat_u = jtu.tree_leaves(upper, is_leaf=lambda x: x is None)
     for (path, lo), up in zip(flat_l, flat_u):
-        if lo is None or isinstance(lo, Tracer) or isinstance(up, Tracer):
-            continue
-        if np.any(np.asarray(lo) > np.asarray(up)):
+        if lo is not None and up is not None and np.any(lo > up):
             raise ValueError(
                 f"`{what}`: lower > upper at {jtu.keystr(path) or 'the params'} (a box "
                 "needs lower <= upper)."
             )
+
+
+def broadcast_bounds(
+    bounds: tuple[Any, Any], params: Params, *, what: str = "bounds"
+) -> tuple[PyTree[Array], PyTree[Array]]:
+    """`(lower, upper)`, each a PyTree prefix of `params` (a scalar or array bounds
+    every element of the subtree it sits over; `None` or +-inf leaves a side open), as
+    two trees of `params`' structure with one array per inexact param leaf (None
+    elsewhere). Raises a `ValueError` naming the leaf where `lower > upper`, for
+    complex params, and when a bound is not a prefix of `params`."""
+    check_bounds(bounds, params, what=what)
+    lower, upper = _per_param(bounds, params, what, _full)
     return lower, upper
 
 
