@@ -668,9 +668,11 @@ def minimize(
     `lax.cond`, through which XLA would copy the whole state). It is compiled once per
     `fn`, optimizer structure and input shapes (as `equinox.filter_jit`: arrays
     traced, everything else static), with XLA's older CPU fusion emitters, which
-    compile this loop of small kernels about twice as fast, and as an LLVM module
-    split in two parts compiled on two threads (figures in the "Performance" section
-    of the full-batch minimization guide); `fn` is traced once per compilation (the
+    compile this loop of small kernels about twice as fast, as an LLVM module split
+    in two parts compiled on two threads, and without XLA's CPU tree-reduction
+    rewrite, which would split every reduction over more than 32 elements in two
+    kernels (figures in the "Performance" section of the full-batch minimization
+    guide); `fn` is traced once per compilation (the
     evaluations at `y0` and in the line search share the trace).
 
     **Arguments:**
