@@ -521,10 +521,11 @@ def _jit_body(dynamic, static, *rest):
 #   core count: LLVM's code for a part can differ from that for the whole in a last
 #   bit (inlining, multiply-add contraction), and a solve's iterates should not depend
 #   on the machine it compiles on;
-# - XLA's tree-reduction rewrite is off: on CPU it turns every reduction over more
-#   than 32 elements (each inner product, norm and maximum of a problem with 100 or
-#   more variables, and `fn`'s own sums) into a reduction of windows of 32 and a
-#   final one, two kernels where one does. A function of three sums over 100
+# - XLA's CPU tree-reduction rewrite is off (the pass of that name is the CPU
+#   backend's; GPU's is `gpu-tree-reduction-rewriter`): it turns every reduction
+#   over more than 32 elements (each inner product, norm and maximum of a problem
+#   with 100 or more variables, and `fn`'s own sums) into a reduction of windows of
+#   32 and a final one, two kernels where one does. A function of three sums over 100
 #   elements compiled in 63-73 against 37-43 ms; Rosenbrock 100's solve in 519
 #   against 389 ms, the quadratic's in 670 against 404 ms (medians of 3). Compiled
 #   runs of the 17 benchmark problems (medians, interleaved) took 0.98 of the time

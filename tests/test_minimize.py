@@ -411,7 +411,7 @@ def test_solve_compile_options_are_understood_by_this_xla():
     def hlo(options):
         # A new function each time: no compiled program is shared between the two.
         fn = lambda x: jnp.sum(x * x)
-        return jax.jit(fn, compiler_options=options).lower(x).compile().as_text()
+        return str(jax.jit(fn, compiler_options=options).lower(x).compile().as_text())
 
     assert "reduce-window" in hlo({})
     assert "reduce-window" not in hlo(_CPU_OPTIONS)
