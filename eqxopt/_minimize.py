@@ -1,5 +1,6 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
+import functools
 import sys
 import types
 from collections.abc import Callable
@@ -466,6 +467,16 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
     y_dyn = jtu.tree_map(_strong, y_dyn)
     if bounds is not None:
         bounds = broadcast_bounds(bounds, y_dyn)
+        if throw_inside:
+            # Traced bounds (under `vmap`, `jit`) are checked at run time: concrete
+            # ones raised a `ValueError` before the solve.
+            empty = [jnp.any(lo > up) for lo, up in zip(*map(_leaves, bounds))]
+            y_dyn = eqx.error_if(
+                y_dyn,
+                functools.reduce(jnp.logical_or, empty, jnp.zeros((), bool)),
+                "eqxopt.minimize: `bounds`: lower > upper (a box needs lower <= "
+                "upper).",
+            )
         y_dyn = project(y_dyn, *bounds)
     problem = _Problem(fn, optimizer, y_static, args, bounds)
     inputs = (problem, y_dyn, options)
@@ -700,7 +711,8 @@ def minimize(
         \le \text{atol} + \text{rtol}\,|f|$. [`eqxopt.LBFGSB`][] uses the bounds in
         its model; any other optimizer becomes a projected method (each new point is
         projected onto the box, and it sees the loss of the projected point).
-        `lower > upper` raises a `ValueError` naming the leaf.
+        `lower > upper` raises a `ValueError` naming the leaf (for traced bounds,
+        under `vmap` or `jit`, with `throw=True`: an error when the solve runs).
     - `adjoint`: how derivatives of the solution with respect to `args` (and `y0`)
         are computed: `"unrolled"` (default) differentiates through the
         checkpointed loop, the line searches included; `"implicit"` uses the implicit

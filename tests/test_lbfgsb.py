@@ -154,6 +154,15 @@ def test_bad_bounds():
         eqxopt.minimize(fn, eqxopt.LBFGSB(), y0, bounds=({"v": 1.0}, None))
     with pytest.raises(ValueError, match="must be real, got a complex `upper`"):
         eqxopt.minimize(fn, eqxopt.LBFGSB(), y0, bounds=(0.0, {"w": 1j}))
+    # Traced bounds (here one box per lane, the first empty) are checked when the
+    # solve runs (`eqx.error_if`: outside `eqx.filter_jit`, JAX reports the error).
+    solve = lambda up: eqxopt.minimize(
+        fn, eqxopt.LBFGSB(), y0, bounds=({"w": 1.0}, {"w": up})
+    )
+    errors = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
+    with pytest.raises(errors, match="lower > upper"):
+        jax.vmap(solve)(jnp.array([0.0, 2.0]))
+    assert np.allclose(jax.vmap(solve)(jnp.array([1.0, 2.0])).value["w"], 1.0)
     nan_start = lambda y, args: jnp.sum(y) * jnp.nan
     sol = eqxopt.minimize(
         nan_start, eqxopt.LBFGSB(), jnp.zeros(2), bounds=(0.0, 1.0), throw=False
