@@ -1,6 +1,5 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
-import functools
 import sys
 import types
 from collections.abc import Callable
@@ -468,14 +467,26 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
     if bounds is not None:
         bounds = broadcast_bounds(bounds, y_dyn)
         if throw_inside:
-            # Traced bounds (under `vmap`, `jit`) are checked at run time: concrete
-            # ones raised a `ValueError` before the solve.
-            empty = [jnp.any(lo > up) for lo, up in zip(*map(_leaves, bounds))]
-            y_dyn = eqx.error_if(
+            # Traced bounds (under `vmap`, `jit`) are checked at run time, naming the
+            # first leaf with an empty box: concrete ones raised a `ValueError`
+            # before the solve.
+            paths = [
+                jtu.keystr(path) or "the params"
+                for path, x in jtu.tree_flatten_with_path(y_dyn)[0]
+                if is_param(x)
+            ]
+            empty = jnp.stack(
+                [jnp.any(lo > up) for lo, up in zip(*map(_leaves, bounds))]
+            )
+            y_dyn = eqx.branched_error_if(
                 y_dyn,
-                functools.reduce(jnp.logical_or, empty, jnp.zeros((), bool)),
-                "eqxopt.minimize: `bounds`: lower > upper (a box needs lower <= "
-                "upper).",
+                jnp.any(empty),
+                jnp.argmax(empty),
+                [
+                    f"eqxopt.minimize: `bounds`: lower > upper at {p} (a box needs "
+                    "lower <= upper)."
+                    for p in paths
+                ],
             )
         y_dyn = project(y_dyn, *bounds)
     problem = _Problem(fn, optimizer, y_static, args, bounds)
@@ -533,7 +544,8 @@ def _jit_body(dynamic, static, *rest):
 #   bit (inlining, multiply-add contraction), and a solve's iterates should not depend
 #   on the machine it compiles on;
 # - XLA's CPU tree-reduction rewrite is off (the pass of that name is the CPU
-#   backend's; GPU's is `gpu-tree-reduction-rewriter`): it turns every reduction
+#   backend's; GPU's is named `tree-reduction-rewriter`, `gpu-tree-reduction-rewriter`
+#   in older XLA, so GPU compilation keeps its own): it turns every reduction
 #   over more than 32 elements (each inner product, norm and maximum of a problem
 #   with 100 or more variables, and `fn`'s own sums) into a reduction of windows of
 #   32 and a final one, two kernels where one does. A function of three sums over 100

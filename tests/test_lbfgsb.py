@@ -160,7 +160,7 @@ def test_bad_bounds():
         fn, eqxopt.LBFGSB(), y0, bounds=({"w": 1.0}, {"w": up})
     )
     errors = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
-    with pytest.raises(errors, match="lower > upper"):
+    with pytest.raises(errors, match=r"lower > upper at \['w'\]"):
         jax.vmap(solve)(jnp.array([0.0, 2.0]))
     assert np.allclose(jax.vmap(solve)(jnp.array([1.0, 2.0])).value["w"], 1.0)
     nan_start = lambda y, args: jnp.sum(y) * jnp.nan

@@ -41,12 +41,6 @@ def _per_param(bounds, params, what: str, leaf_fn) -> list:
         ("lower", bounds[0], -jnp.inf),
         ("upper", bounds[1], jnp.inf),
     ):
-        if bound is not None and not isinstance(bound, Tracer):
-            # Checked here, as bounds: a complex one is no prefix error.
-            if any(jnp.iscomplexobj(b) for b in jtu.tree_leaves(bound)):
-                raise ValueError(
-                    f"`{what}`: box bounds must be real, got a complex `{side}` bound."
-                )
 
         def per_subtree(b, sub, fill=fill):
             return tree_map(lambda p: leaf_fn(b, p, fill), sub)
@@ -66,6 +60,13 @@ def _per_param(bounds, params, what: str, leaf_fn) -> list:
 def check_bounds(bounds: tuple[Any, Any], params: Params, *, what: str = "bounds"):
     """The checks of [`broadcast_bounds`][] (without building its arrays: NumPy views
     of the concrete bounds, no JAX operation, cheap enough for every eager call)."""
+    if isinstance(bounds, (tuple, list)) and len(bounds) == 2:
+        for side, bound in zip(("lower", "upper"), bounds):
+            # Before the walk, which would report a complex bound as no prefix.
+            if any(jnp.iscomplexobj(b) for b in jtu.tree_leaves(bound)):
+                raise ValueError(
+                    f"`{what}`: box bounds must be real, got a complex `{side}` bound."
+                )
     lower, upper = _per_param(bounds, params, what, _view)
     for path, p in jtu.tree_flatten_with_path(params)[0]:
         if is_param(p) and jnp.iscomplexobj(p):
