@@ -690,6 +690,7 @@ def spread_map(
     shared: Any = (),
     batched: bool = False,
     group: bool = False,
+    loop: bool = False,
 ) -> list:
     """`[fn(static, shared, *operands) for static, operands in tasks]`, with the work
     of same-shape tasks stacked (one copy of `fn` per shape in the compiled program)
@@ -718,6 +719,9 @@ def spread_map(
     stacks): groups are concatenated along that axis instead of stacked, and `fn` is
     called on the concatenation. Without a `spread`, `batched=True` tasks are computed
     alone, or, with `group=True`, one call per concatenated group.
+
+    `loop=True` maps stacks with a `lax.map` loop on every backend (see
+    [`map_stack`][]): for `fn`s whose cost is a decomposition (QR, `eigh`).
     """
     if spread is None and batched and not group:
         return [fn(static, shared, *operands) for static, operands in tasks]
@@ -737,7 +741,7 @@ def spread_map(
         sizes = [tasks[i][1][0].shape[0] if batched else 1 for i in members]
         call = functools.partial(fn, static)
         if not batched:
-            call = map_stack(call)
+            call = map_stack(call, loop=loop)
         if spread is None:
             out = call(shared, *stacks)
         else:
@@ -771,14 +775,22 @@ def batched_kernels() -> bool:
     return jax.default_backend() != "cpu"
 
 
-def map_stack(call: Callable) -> Callable:
+def map_stack(call: Callable, loop: bool = False) -> Callable:
     """`call(shared, *operands)` for one task, made into `mapped(shared, *stacks)`
     for a stack of tasks (operands stacked along a new leading axis, `shared` passed
     to every call): `jax.vmap` where [`batched_kernels`][], else `lax.map`, one
     unbatched call per task in a loop (one copy of `call` in the program either
     way). A data-dependent loop in `call` stops on each task's own matrix with
-    `lax.map`, and when every task's has with `jax.vmap`."""
-    vmap = batched_kernels()
+    `lax.map`, and when every task's has with `jax.vmap`.
+
+    `loop=True` takes `lax.map` on every backend, for a `call` whose cost is a QR or
+    an `eigh`: a GPU's batched QR is no faster than a loop over the matrices, and
+    much slower for mid-sized ones. On an H100 (jax 0.11.2, float32), `vmap`-ed
+    `jnp.linalg.qr` of 5 matrices of 392x392 took 23.2 ms per matrix against 1.9 ms
+    for one alone; at 1176 and 1568 the two were within 6% (`benchmarks/matrix.py`:
+    SOAP's refresh at 50M params took 2.1 s with `vmap`).
+    """
+    vmap = batched_kernels() and not loop
 
     def mapped(shared, *stacks):
         if vmap:
