@@ -6,8 +6,10 @@ layout, 63 float32 leaves: an embedding, per layer `qkv (3d, d)`, `out (d, d)`,
 (`--quick`: 0.2M), this script measures in one process, interleaved (A B C, C B A,
 ...), jitted steps that donate params and state:
 
-- `matmul`: one jitted `(N, N) @ (N, N)` float32 matmul (`N = --matmul-size`, default
-  1024), whose FLOPs per second are *the measured matmul rate* of this machine;
+- `matmul N`: a jitted `(N, N) @ (N, N)` float32 matmul for each `N` of
+  `--matmul-size` (default 1024); the fastest of their FLOPs per second is *the
+  measured matmul rate* of this machine (on a GPU, small matmuls are far from its
+  rate: give a large `N` too, e.g. `--matmul-size 1024,8192`);
 - `Muon`, `NorMuon`: one step. Their floor is the Newton-Schulz FLOPs of the step
   over the matmul rate (see `newton_schulz_flops`: the count follows
   `eqxopt._matrix.newton_schulz` exactly, matmuls only);
@@ -23,6 +25,10 @@ layout, 63 float32 leaves: an embedding, per layer `qkv (3d, d)`, `out (d, d)`,
   preconditioner-update probability is 1 for its first 200 steps, so its figure is
   one step that updates the preconditioner).
 
+With `--decompositions 392,1176,1568` it first times QR and `eigh` of matrices of
+those sizes, one alone and stacks of 5 mapped by `jax.vmap` or by a `lax.map` loop
+(SOAP's refreshes loop on every backend: on a GPU the batched QR was slower).
+
 It prints the medians of the repeats, the FLOPs and floors, and the ratios of
 medians: Muon / Newton-Schulz floor, NorMuon / floor (target: at most 1.3) and
 SOAP amortised / AdamW (target: at most 3).
@@ -30,11 +36,13 @@ SOAP amortised / AdamW (target: at most 3).
     python benchmarks/matrix.py              # 10M and 50M (about 10 minutes on CPU)
     python benchmarks/matrix.py --quick      # 0.2M (seconds)
     python benchmarks/matrix.py --sizes 10M --more --repeats 5
+    python benchmarks/matrix.py --sizes 10M,50M --matmul-size 1024,8192  # on a GPU
 """
 
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 
@@ -177,10 +185,10 @@ def run_size(n_params, args):
 
     # The matmul's output is its next input (so that timing blocks on it); `b` is
     # orthogonal, so the values neither grow nor vanish over the calls.
-    n = args.matmul_size
-    a = C.random_array(1, (n, n))
-    b, _ = jnp.linalg.qr(C.random_array(2, (n, n)))
-    add("matmul", lambda a, b: (a @ b, b), (a, b), (0,))
+    for n in args.matmul_size:
+        a = C.random_array(1, (n, n))
+        b, _ = jnp.linalg.qr(C.random_array(2, (n, n)))
+        add(f"matmul {n}", lambda a, b: (a @ b, b), (a, b), (0,))
 
     add_opt("AdamW", eqxopt.AdamW(1e-3))
     muon, normuon = eqxopt.Muon(0.02), eqxopt.NorMuon(0.02)
@@ -219,7 +227,9 @@ def run_size(n_params, args):
         times["SOAP (10 steps)"] = [runner.run(10) for _ in range(args.repeats)]
     med = {name: C.median(ts) for name, ts in times.items()}
 
-    matmul_rate = 2 * n**3 / med["matmul"]
+    # The floor takes the fastest of the measured matmul rates.
+    rates = {n: 2 * n**3 / med[f"matmul {n}"] for n in args.matmul_size}
+    matmul_rate = max(rates.values())
     ns_steps = muon.init(params).ns_coeffs.shape[0]
     ns = newton_schulz_flops(shapes.values(), ns_steps)
     floor = ns / matmul_rate
@@ -241,9 +251,8 @@ def run_size(n_params, args):
         )
     print(C.table(["step", "median ms", "min ms", "compile s"], rows))
     print()
-    print(
-        f"matmul rate: {matmul_rate / 1e9:.1f} GFLOP/s ({n}x{n} float32 matmul, median)"
-    )
+    for n, rate in rates.items():
+        print(f"matmul rate: {rate / 1e9:.1f} GFLOP/s ({n}x{n} float32 matmul, median)")
     print(
         f"Newton-Schulz: {ns / 1e9:.2f} GFLOP per step ({ns_steps} iterations); "
         f"floor {floor * 1e3:.1f} ms"
@@ -285,6 +294,41 @@ def run_size(n_params, args):
     return out
 
 
+def decomposition_times(sizes, batch: int, repeats: int) -> None:
+    """QR and `eigh` of `(n, n)` float32 matrices: one alone, and a stack of `batch`
+    mapped by `jax.vmap` (a batched kernel) or by `lax.map` (a loop), in ms per
+    matrix (medians of `repeats` calls, each blocked on). SOAP's refreshes map their
+    stacks by a loop on every backend (`eqxopt._matrix.map_stack(loop=True)`) on the
+    strength of these figures."""
+    qr = lambda x: jnp.linalg.qr(x)[0]
+    eigh = lambda x: jnp.linalg.eigh(x)[1]
+    rows = []
+    for n in sizes:
+        a = C.random_array(3, (n, n))
+        sym = a @ a.T / n
+        stack = jnp.stack([a] * batch)
+        contenders = {
+            "qr": (qr, a, 1),
+            "qr vmap": (jax.vmap(qr), stack, batch),
+            "qr loop": (lambda x: jax.lax.map(qr, x), stack, batch),
+            "eigh": (eigh, sym, 1),
+        }
+        row = [n]
+        for fn, x, count in contenders.values():
+            f = jax.jit(fn)
+            jax.block_until_ready(f(x))
+            ts = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                jax.block_until_ready(f(x))
+                ts.append(time.perf_counter() - t0)
+            row.append(f"{C.median(ts) / count * 1e3:.2f}")
+        rows.append(row)
+    print(f"QR and eigh, ms per matrix (stacks of {batch}; float32):\n")
+    print(C.table(["n", "qr", "qr vmap", "qr loop", "eigh"], rows))
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -292,7 +336,12 @@ def main():
     parser.add_argument("--quick", action="store_true", help="one small tree (CI)")
     parser.add_argument("--sizes", default=None, help="e.g. 10M,50M")
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--matmul-size", type=int, default=None)
+    parser.add_argument(
+        "--matmul-size",
+        default=None,
+        help="comma-separated sizes N of the reference matmul; the floor takes the "
+        "fastest rate (default 1024; on a GPU try 1024,8192)",
+    )
     # Repeats of the fast contenders (the matmul, AdamW) last this long, so that the
     # matmul rate is not taken from a moment's load while a Muon step lasts seconds
     # (default 0.5; `--quick`, which only checks that the script runs, 0.02).
@@ -305,6 +354,12 @@ def main():
     )
     parser.add_argument("--more", action="store_true", help="Shampoo and Kron too")
     parser.add_argument(
+        "--decompositions",
+        default=None,
+        help="comma-separated n: time QR and eigh of (n, n) matrices, alone and in "
+        "stacks (default with --quick: 16,32; else none)",
+    )
+    parser.add_argument(
         "--no-soap", dest="soap", action="store_false", help="leave SOAP out"
     )
     parser.add_argument(
@@ -315,11 +370,18 @@ def main():
     args.repeats = args.repeats or 3
     if args.min_seconds is None:
         args.min_seconds = 0.02 if args.quick else 0.5
-    args.matmul_size = args.matmul_size or (256 if args.quick else 1024)
+    sizes_text = args.matmul_size or ("256" if args.quick else "1024")
+    args.matmul_size = [int(n) for n in sizes_text.split(",")]
     args.layers = args.layers or (1 if args.quick else 5)
 
     print(C.machine_line(C.machine_info()))
     print(f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}\n")
+    decompositions = args.decompositions or ("16,32" if args.quick else None)
+    if decompositions:
+        sizes_n = [int(n) for n in decompositions.split(",")]
+        decomposition_times(sizes_n, batch=5, repeats=args.repeats * 3)
+        if args.sizes is None and not args.quick:
+            return
     for size in sizes.split(","):
         run_size(parse_size(size), args)
 
