@@ -27,7 +27,7 @@ layout, 63 float32 leaves: an embedding, per layer `qkv (3d, d)`, `out (d, d)`,
 
 With `--decompositions 392,1176,1568` it first times QR and `eigh` of matrices of
 those sizes, one alone and stacks of 5 mapped by `jax.vmap` or by a `lax.map` loop
-(SOAP's refreshes loop on every backend: on a GPU the batched QR was slower).
+(SOAP's refreshes loop on CPUs and GPUs: on a GPU the batched QR was slower).
 
 It prints the medians of the repeats, the FLOPs and floors, and the ratios of
 medians: Muon / Newton-Schulz floor, NorMuon / floor (target: at most 1.3) and
@@ -298,7 +298,7 @@ def decomposition_times(sizes, batch: int, repeats: int) -> None:
     """QR and `eigh` of `(n, n)` float32 matrices: one alone, and a stack of `batch`
     mapped by `jax.vmap` (a batched kernel) or by `lax.map` (a loop), in ms per
     matrix (medians of `repeats` calls, each blocked on). SOAP's refreshes map their
-    stacks by a loop on every backend (`eqxopt._matrix.map_stack(loop=True)`) on the
+    stacks by a loop on CPUs and GPUs (`eqxopt._matrix.batched_kernels`) on the
     strength of these figures."""
     qr = lambda x: jnp.linalg.qr(x)[0]
     eigh = lambda x: jnp.linalg.eigh(x)[1]

@@ -690,7 +690,7 @@ def spread_map(
     shared: Any = (),
     batched: bool = False,
     group: bool = False,
-    loop: bool = False,
+    decomposition: bool = False,
 ) -> list:
     """`[fn(static, shared, *operands) for static, operands in tasks]`, with the work
     of same-shape tasks stacked (one copy of `fn` per shape in the compiled program)
@@ -720,8 +720,8 @@ def spread_map(
     called on the concatenation. Without a `spread`, `batched=True` tasks are computed
     alone, or, with `group=True`, one call per concatenated group.
 
-    `loop=True` maps stacks with a `lax.map` loop on every backend (see
-    [`map_stack`][]): for `fn`s whose cost is a decomposition (QR, `eigh`).
+    `decomposition=True` says that `fn`'s cost is a QR or an `eigh`: stacks are then
+    mapped by a loop on GPUs too (see [`batched_kernels`][]).
     """
     if spread is None and batched and not group:
         return [fn(static, shared, *operands) for static, operands in tasks]
@@ -741,7 +741,7 @@ def spread_map(
         sizes = [tasks[i][1][0].shape[0] if batched else 1 for i in members]
         call = functools.partial(fn, static)
         if not batched:
-            call = map_stack(call, loop=loop)
+            call = map_stack(call, decomposition=decomposition)
         if spread is None:
             out = call(shared, *stacks)
         else:
@@ -756,7 +756,7 @@ def spread_map(
     return results
 
 
-def batched_kernels() -> bool:
+def batched_kernels(decomposition: bool = False) -> bool:
     """Whether [`map_stack`][] maps with `jax.vmap` (one batched kernel per op: what
     accelerators want) rather than `lax.map` (a loop of unbatched ones): off CPU only.
 
@@ -771,11 +771,23 @@ def batched_kernels() -> bool:
     unbatched call runs its matrix on its own thread and schedules nothing; the
     batched kernel only loops over its matrices too (in `lm.py --quick`, SOAP's,
     Shampoo's and Kron's training times were unchanged).
+
+    With `decomposition=True` (work whose cost is a QR or an `eigh`), GPUs loop too:
+    there these are calls into the vendor's solver library (cuSOLVER), whose batched
+    QR was no faster than a loop over the matrices and much slower for mid-sized
+    ones. On an H100 (jax 0.11.2, float32), `vmap`-ed `jnp.linalg.qr` of 5 matrices
+    of 392x392 took 23.2 ms per matrix against 1.9 ms for one alone; at 1176 and 1568
+    the two were within 6%; SOAP's refresh at 10M params took 260 ms batched and 177
+    ms looped (`benchmarks/matrix.py`). TPUs, where QR and `eigh` are XLA's own
+    batched algorithms, keep `vmap` (not measured).
     """
-    return jax.default_backend() != "cpu"
+    backend = jax.default_backend()
+    if decomposition:
+        return backend not in ("cpu", "gpu")
+    return backend != "cpu"
 
 
-def map_stack(call: Callable, loop: bool = False) -> Callable:
+def map_stack(call: Callable, decomposition: bool = False) -> Callable:
     """`call(shared, *operands)` for one task, made into `mapped(shared, *stacks)`
     for a stack of tasks (operands stacked along a new leading axis, `shared` passed
     to every call): `jax.vmap` where [`batched_kernels`][], else `lax.map`, one
@@ -783,14 +795,10 @@ def map_stack(call: Callable, loop: bool = False) -> Callable:
     way). A data-dependent loop in `call` stops on each task's own matrix with
     `lax.map`, and when every task's has with `jax.vmap`.
 
-    `loop=True` takes `lax.map` on every backend, for a `call` whose cost is a QR or
-    an `eigh`: a GPU's batched QR is no faster than a loop over the matrices, and
-    much slower for mid-sized ones. On an H100 (jax 0.11.2, float32), `vmap`-ed
-    `jnp.linalg.qr` of 5 matrices of 392x392 took 23.2 ms per matrix against 1.9 ms
-    for one alone; at 1176 and 1568 the two were within 6% (`benchmarks/matrix.py`:
-    SOAP's refresh at 50M params took 2.1 s with `vmap`).
+    `decomposition=True` for a `call` whose cost is a QR or an `eigh` (see
+    [`batched_kernels`][]).
     """
-    vmap = batched_kernels() and not loop
+    vmap = batched_kernels(decomposition)
 
     def mapped(shared, *stacks):
         if vmap:

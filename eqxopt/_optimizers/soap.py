@@ -350,7 +350,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 lambda _, shared, m: eigh_basis(m),
                 [(None, (precs[i][k],)) for i, k in where],
                 spread,
-                loop=True,
+                decomposition=True,
             )
             new = {ik: q for ik, q in zip(where, found)}
             for i in idx:
@@ -405,7 +405,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
                     lambda _, shared, m, q: qr_power_basis(m, q),
                     [(None, (precs[i][k], q_l[i][k])) for i, k in where],
                     spread,
-                    loop=True,
+                    decomposition=True,
                 )
                 qr = {ik: out for ik, out in zip(where, found)}
                 for i in idx:
