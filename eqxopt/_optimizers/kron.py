@@ -162,6 +162,30 @@ class _Leaf:
     scanned: bool
 
 
+def _normal_draws(keys, specs: list[tuple[tuple[int, ...], Any]]) -> list[Array]:
+    """`[jr.normal(k, shape, dtype) for k, (shape, dtype) in zip(keys, specs)]`, with
+    the draws of same-shape leaves made by one `vmap`-ed call: the same numbers (each
+    key's draw is its own), but one copy of the normal sampler (threefry and the
+    inverse error function) per shape in the program instead of one per leaf. Per leaf,
+    those copies were half of the compiled program and of the compilation time of
+    Kron's step on a 63-leaf tree."""
+    groups: dict[tuple, list[int]] = {}
+    for j, spec in enumerate(specs):
+        groups.setdefault((spec[0], jnp.dtype(spec[1])), []).append(j)
+    draws: list[Any] = [None] * len(specs)
+    for (shape, dtype), members in groups.items():
+        if len(members) == 1:
+            (j,) = members
+            draws[j] = jr.normal(keys[j], shape, dtype)
+            continue
+        stacked = jax.vmap(lambda k: jr.normal(k, shape, dtype))(
+            keys[np.asarray(members)]
+        )
+        for n, j in enumerate(members):
+            draws[j] = stacked[n]
+    return draws
+
+
 def _triangular(
     shape: tuple[int, ...], max_size: int, min_ndim: int, mode: str | None
 ) -> tuple[bool, ...]:
@@ -677,9 +701,11 @@ class Kron(AbstractOptimizer[KronState]):
                 keys = jr.split(sub, len(idx)) if idx else []
                 damp = jnp.sqrt(jnp.finfo(jnp.float32).eps)
                 tasks = []
-                for k, i, q in zip(keys, idx, qs):
+                noise = _normal_draws(
+                    keys, [(precond_in[i].shape, dtypes[i]) for i in idx]
+                )
+                for v, i, q in zip(noise, idx, qs):
                     h = precond_in[i]
-                    v = jr.normal(k, h.shape, dtypes[i])
                     h = h + damp.astype(h.dtype) * jnp.mean(jnp.abs(h)) * v
                     tasks.append(((dtypes[i], facts[i].scanned), (*q, h, v)))
 
