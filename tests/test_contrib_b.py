@@ -418,3 +418,25 @@ def test_cautious_mask_and_rescaling():
     g2 = {"w": jnp.array([-0.5, 0.5, -0.5, 0.5])}
     updates, _ = momentum.update(g2, state, params)
     assert jnp.allclose(updates["w"], jnp.array([0.0, -0.28, 0.0, -0.28]))
+
+
+@pytest.mark.parametrize(
+    "sample", [jr.normal, jr.rademacher], ids=["normal", "rademacher"]
+)
+def test_per_leaf_draws_are_one_call_per_leaf(sample):
+    """The per-leaf noise of Kron, AddNoise, DifferentiallyPrivateAggregate and
+    Sophia's Hutchinson probes comes from `draws_per_leaf`: same-shape leaves share
+    one `vmap`-ed sampler, and every leaf gets what its own key draws alone."""
+    from eqxopt._misc import draws_per_leaf
+
+    specs = [((4, 3), jnp.float32), ((5,), jnp.float64), ((4, 3), jnp.float32)]
+    specs += [((4, 3), jnp.float64), ((5,), jnp.float64), ((), jnp.float32)]
+    keys = jr.split(jr.key(3), len(specs))
+    want = [sample(k, shape, dtype) for k, (shape, dtype) in zip(keys, specs)]
+    for got in (
+        draws_per_leaf(sample, keys, specs),
+        jax.jit(lambda keys: draws_per_leaf(sample, keys, specs))(keys),
+    ):
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == w.dtype and g.shape == w.shape
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))

@@ -13,7 +13,15 @@ from jaxtyping import Array, Int32, Key
 from .._base import AbstractOptimizer, child_update, scalar_hyperparams
 from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
-from .._misc import compute_dtype, is_none, is_param, out_dtype, scalar, typechecked
+from .._misc import (
+    compute_dtype,
+    draws_per_leaf,
+    is_none,
+    is_param,
+    out_dtype,
+    scalar,
+    typechecked,
+)
 from .noisy import _check_key, _pack, _unpack
 from .sgd import SGD, SGDState
 
@@ -106,8 +114,10 @@ def _aggregate(opt, grads, state: DifferentiallyPrivateAggregateState, params):
     )
     norms = jnp.sqrt(sq)
     multipliers = jnp.nan_to_num(jnp.minimum(clip / norms, 1), nan=1.0)
-    new_key, *keys = jr.split(state.key, len(arrays) + 1)
-    keys = iter(keys)
+    split = jr.split(state.key, len(arrays) + 1)
+    new_key = split[0]
+    specs = [(g.shape[1:], compute_dtype(g.dtype)) for g in arrays]
+    noises = iter(draws_per_leaf(jr.normal, split[1:], specs))
     out = []
     for g, p in zip(leaves, param_leaves):
         if not is_param(g):
@@ -115,7 +125,7 @@ def _aggregate(opt, grads, state: DifferentiallyPrivateAggregateState, params):
             continue
         ldt = compute_dtype(g.dtype)
         clipped = jnp.tensordot(multipliers.astype(ldt), g.astype(ldt), axes=1)
-        noise = jr.normal(next(keys), clipped.shape, ldt)
+        noise = next(noises)
         u = (clipped + std.astype(ldt) * noise) / jnp.asarray(batch, ldt)
         out.append(u.astype(out_dtype(g, p if is_param(p) else None)))
     data, impl = _pack(new_key)

@@ -28,6 +28,7 @@ from .._matrix import (
 from .._misc import (
     abs_sq,
     compute_dtype,
+    draws_per_leaf,
     increment,
     is_none,
     is_param,
@@ -160,30 +161,6 @@ class _Leaf:
 
     triangular: tuple[bool, ...]
     scanned: bool
-
-
-def _normal_draws(keys, specs: list[tuple[tuple[int, ...], Any]]) -> list[Array]:
-    """`[jr.normal(k, shape, dtype) for k, (shape, dtype) in zip(keys, specs)]`, with
-    the draws of same-shape leaves made by one `vmap`-ed call: the same numbers (each
-    key's draw is its own), but one copy of the normal sampler (threefry and the
-    inverse error function) per shape in the program instead of one per leaf. Per leaf,
-    those copies were half of the compiled program and of the compilation time of
-    Kron's step on a 63-leaf tree."""
-    groups: dict[tuple, list[int]] = {}
-    for j, spec in enumerate(specs):
-        groups.setdefault((spec[0], jnp.dtype(spec[1])), []).append(j)
-    draws: list[Any] = [None] * len(specs)
-    for (shape, dtype), members in groups.items():
-        if len(members) == 1:
-            (j,) = members
-            draws[j] = jr.normal(keys[j], shape, dtype)
-            continue
-        stacked = jax.vmap(lambda k: jr.normal(k, shape, dtype))(
-            keys[np.asarray(members)]
-        )
-        for n, j in enumerate(members):
-            draws[j] = stacked[n]
-    return draws
 
 
 def _triangular(
@@ -698,11 +675,11 @@ class Kron(AbstractOptimizer[KronState]):
                     qs,
                 )
                 _, sub = jr.split(key)
-                keys = jr.split(sub, len(idx)) if idx else []
+                keys = jr.split(sub, len(idx))
                 damp = jnp.sqrt(jnp.finfo(jnp.float32).eps)
                 tasks = []
-                noise = _normal_draws(
-                    keys, [(precond_in[i].shape, dtypes[i]) for i in idx]
+                noise = draws_per_leaf(
+                    jr.normal, keys, [(precond_in[i].shape, dtypes[i]) for i in idx]
                 )
                 for v, i, q in zip(noise, idx, qs):
                     h = precond_in[i]

@@ -16,6 +16,7 @@ from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     compute_dtype,
+    draws_per_leaf,
     increment,
     is_none,
     is_param,
@@ -116,8 +117,8 @@ def _noisy(opt, grads, state: AddNoiseState, params, lr):
             f"`{type(opt).__name__}.update`: `grads` and `params` must have the same "
             "tree structure."
         )
-    n = sum(1 for g in leaves if is_param(g))
-    keys = iter(jr.split(sample_key, n)) if n else iter(())
+    specs = [(g.shape, compute_dtype(g.dtype)) for g in leaves if is_param(g)]
+    noises = iter(draws_per_leaf(jr.normal, jr.split(sample_key, len(specs)), specs))
     out = []
     for g, p in zip(leaves, param_leaves):
         if not is_param(g):
@@ -126,7 +127,7 @@ def _noisy(opt, grads, state: AddNoiseState, params, lr):
         dtype = compute_dtype(g.dtype)
         t = count.astype(dtype)
         std = jnp.sqrt(scalar(opt.eta, dtype) / t ** scalar(opt.gamma, dtype))
-        noise = jr.normal(next(keys), g.shape, dtype)
+        noise = next(noises)
         u = g.astype(dtype) + std * noise
         if lr is not None:
             u = u * -scalar(lr, dtype)

@@ -17,6 +17,7 @@ from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Up
 from .._kernels import descent
 from .._misc import (
     compute_dtype,
+    draws_per_leaf,
     increment,
     is_none,
     is_param,
@@ -133,16 +134,17 @@ class HutchinsonEstimatorDiagHessian(AbstractOptimizer[HutchinsonState]):
         key, subkey = jr.split(state.key)
         leaves, treedef = jtu.tree_flatten(params, is_leaf=is_none)
         arrays = [p for p in leaves if is_param(p)]
-        keys = iter(jr.split(subkey, len(arrays)))
+        # Drawn in float32 (as Optax) and cast: +-1 is exact in every dtype.
+        draws = iter(
+            draws_per_leaf(
+                jr.rademacher,
+                jr.split(subkey, len(arrays)),
+                [(p.shape, jnp.float32) for p in arrays],
+            )
+        )
         signs = jtu.tree_unflatten(
             treedef,
-            [
-                # Drawn in float32 (as Optax) and cast: +-1 is exact in every dtype.
-                jr.rademacher(next(keys), p.shape, jnp.float32).astype(p.dtype)
-                if is_param(p)
-                else None
-                for p in leaves
-            ],
+            [next(draws).astype(p.dtype) if is_param(p) else None for p in leaves],
         )
         hvp = eqx.filter_jvp(eqx.filter_grad(obj_fn), (params,), (signs,))[1]
         product = tree_map(
