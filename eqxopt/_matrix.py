@@ -774,12 +774,12 @@ def batched_kernels(decomposition: bool = False) -> bool:
 
     With `decomposition=True` (work whose cost is a QR or an `eigh`), GPUs loop too:
     there these are calls into the vendor's solver library (cuSOLVER), whose batched
-    QR was no faster than a loop over the matrices and much slower for mid-sized
-    ones. On an H100 (jax 0.11.2, float32), `vmap`-ed `jnp.linalg.qr` of 5 matrices
-    of 392x392 took 23.2 ms per matrix against 1.9 ms for one alone; at 1176 and 1568
-    the two were within 6%; SOAP's refresh at 10M params took 260 ms batched and 177
-    ms looped (`benchmarks/matrix.py`). TPUs, where QR and `eigh` are XLA's own
-    batched algorithms, keep `vmap` (not measured).
+    QR gains little on large matrices and loses much on mid-sized ones. On an H100
+    (jax 0.11.2, float32), `vmap`-ed `jnp.linalg.qr` of 5 matrices took, per matrix,
+    23.2 ms at 392x392 against 1.9 ms for one alone, and 5.7 and 8.0 ms at 1176 and
+    1568 against 6.0 and 8.2 ms; SOAP's refresh at 10M params took 260 ms batched
+    and 177 ms looped (`benchmarks/matrix.py`). TPUs, where QR and `eigh` are XLA's
+    own batched algorithms, keep `vmap` (not measured).
     """
     backend = jax.default_backend()
     if decomposition:
