@@ -327,7 +327,7 @@ def test_kron_matches_psgd_jax_with_probability_one(kwargs):
 
 
 def _primitive_count(jaxpr, name: str) -> int:
-    """How many times the primitive `name` is bound in a closed jaxpr, sub-jaxprs
+    """How many times the primitive `name` is bound in a jaxpr, sub-jaxprs
     (`cond` branches, `vmap`-ed or `jit`-ted calls) included."""
     count = 0
     for eqn in jaxpr.eqns:

@@ -384,7 +384,7 @@ def test_soap_decompositions_loop_on_gpus(backend, monkeypatch, getkey):
     opt = OPTIMIZERS["SOAP"]()
     update = jax.jit(opt.update, compiler_options=FAST_COMPILE)
     hlo = str(update.lower(params, opt.init(params), params).compile().as_text())
-    # 8 leaves of each size: as many matrices per size in a batched call.
+    # 8 leaves of each size, two factors each: 16 matrices per batched call.
     batch = () if backend == "gpu" else (16,)
     assert sorted(lapack_calls(hlo)) == sorted(
         (routine, batch + (n, n))

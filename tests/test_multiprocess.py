@@ -35,8 +35,8 @@ OPTIMIZERS = ("AdamW", "Muon", "MultiSteps", "SOAP", "Shampoo", "Kron", "NorMuon
 # SOAP's eigenbases turn rounding differences in its statistics into differences in
 # its directions, larger by the inverse gaps between their eigenvalues: measured
 # 2.5e-4 of a leaf's largest entry after 6 steps (the same in two runs), against at
-# most 9.4e-7 for the others. A wrong basis
-# (as with rank-deficient statistics, see the worker) parts the runs by 10%.
+# most 9.4e-7 for the others. A wrong basis (as with rank-deficient statistics, see
+# the worker) parts the runs by 10%.
 RELATIVE_TOLERANCE = {"SOAP": 1e-3}
 # Seconds for each set of processes (both sets together take about 40 s on 2 idle
 # cores); generous because CI machines are shared and a compile-heavy process can be
