@@ -182,6 +182,43 @@ def test_matches_optax(make, reference, jit_reference):
             _check(out, expected[index])
 
 
+# The values a schedule is defined to take (its start, the end of a warmup, the end of a
+# decay), as counts -> values. Under `jit` XLA folds the constants of the formulas, so
+# these must be selected, not computed: a warmup from 0 took -5.6e-17 (a negative
+# learning rate) at its first step, 0.1 came out as 0.0999999999999999.
+EXACT = [
+    (lambda: S.Linear(0.0, 1.0, 100), {0: 0.0, 100: 1.0, 500: 1.0}),
+    (lambda: S.Linear(1.0, 0.1, 100, 50), {0: 1.0, 50: 1.0, 150: 0.1}),
+    (lambda: S.Polynomial(1.0, 0.5, 0.5, 50, 20), {20: 1.0, 70: 0.5}),
+    (lambda: S.WarmupCosineDecay(0.0, 1.0, 10, 100), {0: 0.0, 10: 1.0, 100: 0.0}),
+    (
+        lambda: S.WarmupCosineDecay(0.1, 2.0, 30, 250, 0.1),
+        {0: 0.1, 30: 2.0, 250: 0.1},
+    ),
+    (lambda: S.WarmupConstant(0.1, 1.0, 50), {0: 0.1, 50: 1.0}),
+    (lambda: S.WarmupExponentialDecay(0.0, 1.0, 10, 20, 0.5), {0: 0.0, 10: 1.0}),
+    (lambda: S.CosineDecay(2.0, 50, 0.1), {0: 2.0, 50: 0.2}),
+    (lambda: S.SGDR([_cycle, _cycle]), {0: 0.1, 10: 1.0, 50: 0.1, 60: 1.0}),
+    (lambda: S.LinearOneCycle(100, 1.0), {0: 0.04, 30: 1.0}),
+    (lambda: S.CosineOneCycle(100, 1.0), {0: 0.04, 30: 1.0}),
+    (
+        lambda: S.PiecewiseInterpolate("cosine", 1.0, {50: 0.1, 30: 2.0}),
+        {0: 1.0, 30: 2.0, 50: 0.2},
+    ),
+]
+
+
+@pytest.mark.parametrize("make, values", EXACT)
+def test_defined_values_are_exact_under_jit_and_eagerly(make, values):
+    schedule = make()
+    counts = list(values)
+    want = np.asarray(list(values.values()))
+    jitted = np.asarray(jax.jit(jax.vmap(schedule))(jnp.asarray(counts, jnp.int32)))
+    eager = np.asarray([schedule(jnp.int32(c)) for c in counts])
+    np.testing.assert_array_equal(jitted, want, strict=True)
+    np.testing.assert_array_equal(eager, want, strict=True)
+
+
 @pytest.mark.parametrize("make, reference, jit_reference", CASES)
 def test_no_arrays_at_construction(make, reference, jit_reference):
     del reference, jit_reference

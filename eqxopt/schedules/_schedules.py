@@ -180,7 +180,12 @@ def _polynomial(t, init_value, end_value, power, transition_steps, transition_be
     # Optax has `1 - t / T`; under `jit`, XLA turns that into `1 - t * (1 / T)`, which
     # can be -1e-17 at t = T (NaN for a fractional power). This is exactly 0 there.
     frac = (transition_steps - t) / transition_steps
-    return (init_value - end_value) * (frac**power) + end_value
+    value = (init_value - end_value) * (frac**power) + end_value
+    # The ends are selected, not computed: XLA folds the constants of that line (e.g.
+    # `(a - b) / T` into one number), which took a warmup from 0 to -5.6e-17 (a
+    # negative learning rate) at its first step under `jit`.
+    value = jnp.where(t <= 0, init_value, value)
+    return jnp.where(t >= transition_steps, end_value, value)
 
 
 def _exponential(
@@ -237,12 +242,18 @@ def _warmup_cosine(t, init_value, peak_value, warmup_steps, decay_steps, end, ex
     return _join([warmup, decay], [warmup_steps], t)
 
 
+# Each piece starts exactly at its `start` (the formulas give `end + (start - end)`
+# there, a last bit away from it, e.g. 0.040000000000000036 for 0.04).
+
+
 def _linear_interpolate(start, end, pct):
-    return (end - start) * pct + start
+    return jnp.where(pct <= 0, start, (end - start) * pct + start)
 
 
 def _cosine_interpolate(start, end, pct):
-    return end + (start - end) / 2.0 * (jnp.cos(jnp.pi * pct) + 1)
+    return jnp.where(
+        pct <= 0, start, end + (start - end) / 2.0 * (jnp.cos(jnp.pi * pct) + 1)
+    )
 
 
 _INTERPOLATE = {"linear": _linear_interpolate, "cosine": _cosine_interpolate}
