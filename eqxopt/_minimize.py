@@ -253,9 +253,7 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
         (f, aux), g = problem.value_and_grad(y, has_aux)
         num_fevals = carry.num_fevals + 1
         failed = jnp.zeros((), bool)
-        # A first-order method's step may be non-monotone: it has stagnated only when
-        # the step rounds away entirely.
-        stalled = ~_any_moved(y, carry.y)
+        stalled = _at_fixed_point(optimizer, (y, state), (carry.y, carry.state))
         no_decrease = carry.no_decrease
     else:
         f = evaluation.value.astype(carry.f.dtype)
@@ -304,11 +302,25 @@ def _cached(problem: _Problem):
     return optimizer.last_evaluation
 
 
-def _any_moved(new, old):
-    out = jnp.zeros((), bool)
-    for a, b in zip(_leaves(new), _leaves(old)):
-        out = out | jnp.any(a != b)
-    return out
+def _at_fixed_point(optimizer: AbstractOptimizer, new, old) -> Bool[Array, ""]:
+    """Whether a first-order step (no line search) left `y`, the floating-point
+    leaves of the optimizer's state and its hyperparameters (schedules at the step
+    count) exactly as they were: every later step would then repeat it, so the point
+    can no longer move. (`new`, `old`: `(y, state)` after and before the step.)
+
+    A step that leaves `y` alone is not enough: a first-order step may move it again
+    later (momentum changing sign: a few steps; Adam's second moment decaying: 464
+    steps in float16, measured), as may a schedule (a warmup from 0). Counters are left
+    out (they change on every step), and with them what they do inside an update
+    (bias corrections), where no hyperparameter shows it."""
+    (y, state), (y_old, state_old) = new, old
+    changed = jnp.zeros((), bool)
+    for a, b in zip(
+        _leaves((y, state, optimizer.hyperparams(state))),
+        _leaves((y_old, state_old, optimizer.hyperparams(state_old))),
+    ):
+        changed = changed | jnp.any(a != b)
+    return ~changed
 
 
 def _gradient_measure(g, y, bounds):
@@ -739,8 +751,10 @@ def minimize(
     `args` or `bounds`) every lane has its own; with `throw=False` a failing lane
     never affects the others. When the steps round away before the tolerances hold
     (a line search that cannot move the point beyond rounding, or 5 line-search
-    steps in a row without decrease, or a first-order step that leaves `y`
-    unchanged), the solve stops at once with `RESULTS.precision_limit`.
+    steps in a row without decrease, or a first-order step that leaves `y`, the
+    optimizer's floating-point state and its hyperparameters unchanged, so that
+    every later step would repeat it), the solve stops at once with
+    `RESULTS.precision_limit`.
 
     !!! Example
 

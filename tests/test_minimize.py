@@ -333,6 +333,37 @@ def test_first_order_method_stagnating_is_precision_limit():
     assert int(sol.stats["num_steps"]) == 1
 
 
+def test_a_first_order_step_that_rounds_away_does_not_stop_the_solve():
+    # Heavy-ball momentum in bfloat16: where the velocity changes sign its step
+    # rounds away (here at step 40, at y = 1.78) and later steps move on to the
+    # minimum. Only a fixed point of `y`, the optimizer's floating-point state and
+    # its hyperparameters ends a first-order solve with `precision_limit`.
+    opt = eqxopt.SGD(0.1, momentum=0.9)
+    fn = lambda y, a: jnp.sum((y - 2.0) ** 2)
+    y, state = jnp.zeros(2, jnp.bfloat16), opt.init(jnp.zeros(2, jnp.bfloat16))
+    rounded_away = 0
+    for _ in range(60):
+        new, state = opt.step(y, jax.grad(fn)(y, None), state)
+        rounded_away += bool(jnp.all(new == y))
+        y = new
+    assert rounded_away > 0  # (else this test would test nothing)
+    sol = eqxopt.minimize(fn, opt, jnp.zeros(2, jnp.bfloat16), atol=1e-3, throw=False)
+    assert sol.result == eqxopt.RESULTS.successful
+    np.testing.assert_array_equal(sol.value, jnp.full(2, 2.0, jnp.bfloat16))
+
+
+def test_a_warmup_from_zero_does_not_stop_the_solve():
+    # The first step's learning rate is exactly 0: `y` does not move, but the
+    # schedule (a hyperparameter) does.
+    sched = eqxopt.schedules.linear_schedule(0.0, 0.1, 10)
+    assert float(jax.jit(sched)(jnp.int32(0))) == 0.0
+    sol = eqxopt.minimize(
+        lambda y, a: jnp.sum((y - 2.0) ** 2), eqxopt.SGD(sched), jnp.zeros(2)
+    )
+    assert sol.result == eqxopt.RESULTS.successful
+    assert int(sol.stats["num_steps"]) > 10
+
+
 def test_line_search_shares_its_evaluation_through_a_typed_hook():
     from eqxopt._linesearch import AbstractLineSearchOptimizer, Evaluation
 
