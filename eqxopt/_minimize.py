@@ -170,7 +170,10 @@ class _Carry(eqx.Module):
 # A line search accepts a step without decrease only where rounding in the loss
 # decides (its approximate Wolfe condition); on a badly conditioned quadratic such
 # steps come alone or in pairs, mixed with decreasing ones. This many in a row means
-# that the loss can no longer resolve the decrease the model predicts.
+# that the loss can no longer resolve the decrease the model predicts. Without a line
+# search, as many steps in a row at a fixed point (`_at_fixed_point`) stop the solve:
+# a step counter can still change what a step does (SOAP makes no update on its first
+# step, then moves).
 _MAX_NO_DECREASE = 5
 
 
@@ -253,8 +256,9 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
         (f, aux), g = problem.value_and_grad(y, has_aux)
         num_fevals = carry.num_fevals + 1
         failed = jnp.zeros((), bool)
-        stalled = _at_fixed_point(optimizer, (y, state), (carry.y, carry.state))
-        no_decrease = carry.no_decrease
+        fixed = _at_fixed_point(optimizer, (y, state), (carry.y, carry.state))
+        no_decrease = select(fixed, carry.no_decrease + 1, 0)
+        stalled = no_decrease >= _MAX_NO_DECREASE
     else:
         f = evaluation.value.astype(carry.f.dtype)
         g = jtu.tree_map(
@@ -306,13 +310,15 @@ def _at_fixed_point(optimizer: AbstractOptimizer, new, old) -> Bool[Array, ""]:
     """Whether a first-order step (no line search) left `y`, the floating-point
     leaves of the optimizer's state and its hyperparameters (schedules at the step
     count) exactly as they were: every later step would then repeat it, so the point
-    can no longer move. (`new`, `old`: `(y, state)` after and before the step.)
+    can no longer move, unless a step counter changes what the step does.
+    (`new`, `old`: `(y, state)` after and before the step.)
 
     A step that leaves `y` alone is not enough: a first-order step may move it again
     later (momentum changing sign: a few steps; Adam's second moment decaying: 464
     steps in float16, measured), as may a schedule (a warmup from 0). Counters are left
-    out (they change on every step), and with them what they do inside an update
-    (bias corrections), where no hyperparameter shows it."""
+    out (they change on every step); what they do inside an update where no
+    hyperparameter shows it (SOAP's first step, which makes no update; Adam's bias
+    corrections) is why the solve stops only after several such steps in a row."""
     (y, state), (y_old, state_old) = new, old
     changed = jnp.zeros((), bool)
     for a, b in zip(
@@ -751,10 +757,9 @@ def minimize(
     `args` or `bounds`) every lane has its own; with `throw=False` a failing lane
     never affects the others. When the steps round away before the tolerances hold
     (a line search that cannot move the point beyond rounding, or 5 line-search
-    steps in a row without decrease, or a first-order step that leaves `y`, the
-    optimizer's floating-point state and its hyperparameters unchanged, so that
-    every later step would repeat it), the solve stops at once with
-    `RESULTS.precision_limit`.
+    steps in a row without decrease, or 5 first-order steps in a row that leave `y`,
+    the optimizer's floating-point state and its hyperparameters unchanged), the
+    solve stops with `RESULTS.precision_limit`.
 
     !!! Example
 

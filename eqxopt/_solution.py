@@ -63,9 +63,10 @@ class RESULTS(eqx.Enumeration):
         "eqxopt.minimize: `RESULTS.precision_limit`: the solve stopped where no "
         "further decrease is possible in floating point (the steps round away: the "
         "line search could not move the point, several line-search steps in a row "
-        "left the loss undecreased, or a first-order step left the point, the "
-        "optimizer's state and its hyperparameters unchanged), at a point that is not "
-        "provably a minimum: `max|grad| <= atol + rtol * |loss|` does not hold. The "
+        "left the loss undecreased, or first-order steps in a row left the point, "
+        "the optimizer's state and its hyperparameters unchanged), at a point that "
+        "is not provably a minimum: `max|grad| <= atol + rtol * |loss|` does not "
+        "hold. The "
         "tolerances are probably below what the precision allows: loosen `rtol`/"
         "`atol`, enable float64, or rescale the problem (its loss or its variables)."
     )

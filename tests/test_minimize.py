@@ -330,7 +330,7 @@ def test_first_order_method_stagnating_is_precision_limit():
         throw=False,
     )
     assert sol.result == eqxopt.RESULTS.precision_limit
-    assert int(sol.stats["num_steps"]) == 1
+    assert int(sol.stats["num_steps"]) == 5  # `_MAX_NO_DECREASE` steps in a row
 
 
 def test_a_first_order_step_that_rounds_away_does_not_stop_the_solve():
@@ -362,6 +362,18 @@ def test_a_warmup_from_zero_does_not_stop_the_solve():
     )
     assert sol.result == eqxopt.RESULTS.successful
     assert int(sol.stats["num_steps"]) > 10
+
+
+def test_a_first_step_without_update_does_not_stop_the_solve():
+    # SOAP's first step only sets up its preconditioner (as the authors' code): `y`,
+    # its floating-point state and its hyperparameters are as they were, and only its
+    # step counter says that the next step moves.
+    fn = lambda y, a: jnp.sum((y - 2.0) ** 2)
+    opt, y0 = eqxopt.SOAP(0.1), jnp.zeros(3)
+    y1, _ = opt.step(y0, jax.grad(fn)(y0, None), opt.init(y0))
+    np.testing.assert_array_equal(y1, y0)
+    sol = eqxopt.minimize(fn, opt, y0, atol=1e-3, max_steps=1000, throw=False)
+    assert sol.result == eqxopt.RESULTS.successful
 
 
 def test_line_search_shares_its_evaluation_through_a_typed_hook():
