@@ -241,8 +241,15 @@ class _Problem(eqx.Module):
 def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
     """One optimizer step of the solve (the body of its loop)."""
     optimizer, has_aux = problem.optimizer, options.has_aux
+    value_fn = problem.value_fn(has_aux)
     extra: dict[str, Any] = dict(
-        value=carry.f, grad=conj(carry.g), value_fn=problem.value_fn(has_aux)
+        value=carry.f,
+        grad=conj(carry.g),
+        value_fn=value_fn,
+        # Optax's names, for the optimizers that evaluate the loss themselves (SAM's
+        # adversarial steps, Sophia's Hessian estimate); traced only where used.
+        obj_fn=value_fn,
+        grad_fn=lambda y, i: conj(eqx.filter_grad(value_fn)(y)),
     )
     if problem.bound_aware:
         extra["bounds"] = problem.bounds
@@ -688,8 +695,10 @@ def minimize(
     r"""Minimize `fn(y, args)` over `y`, starting from `y0`, with any eqxopt optimizer.
 
     Each step evaluates the loss and its gradient and calls
-    `optimizer.update(grad, state, y, value=loss, grad=grad, value_fn=...)` (optimizers
-    that need none of the extra arguments ignore them). For complex leaves the
+    `optimizer.update(grad, state, y, value=loss, grad=grad, value_fn=...)`, with
+    Optax's `obj_fn=` (the loss, as `value_fn`) and `grad_fn=` (`(y, i) -> grad`) for
+    the optimizers that evaluate the loss themselves (Sophia, SAM's opaque mode);
+    optimizers that need none of the extra arguments ignore them. For complex leaves the
     optimizer receives the conjugated gradient (Optax's convention: descent along
     `-conj(grad)`). With [`eqxopt.LBFGS`][] or a
     bare line search, the loss and gradient at the new point come from the line

@@ -376,6 +376,25 @@ def test_a_first_step_without_update_does_not_stop_the_solve():
     assert sol.result == eqxopt.RESULTS.successful
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: eqxopt.SAM(eqxopt.SGD(0.1), eqxopt.SGD(0.01), opaque_mode=True),
+        lambda: eqxopt.Sophia(0.1),
+    ],
+    ids=["sam_opaque", "sophia"],
+)
+def test_optimizers_that_evaluate_the_loss_themselves_get_it_from_minimize(make):
+    # Optax's extra arguments: `grad_fn=` (SAM's adversarial steps) and `obj_fn=`
+    # (Sophia's Hessian estimate), as the error without them says.
+    fn = lambda y, a: jnp.sum((y - 2.0) ** 2)
+    with pytest.raises(ValueError, match="minimize` passes it"):
+        opt, y = make(), jnp.zeros(3)
+        opt.update(jax.grad(fn)(y, None), opt.init(y), y)
+    sol = eqxopt.minimize(fn, make(), jnp.zeros(3), atol=1e-4, max_steps=1000)
+    assert sol.result == eqxopt.RESULTS.successful
+
+
 def test_line_search_shares_its_evaluation_through_a_typed_hook():
     from eqxopt._linesearch import AbstractLineSearchOptimizer, Evaluation
 
