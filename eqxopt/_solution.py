@@ -66,9 +66,9 @@ class RESULTS(eqx.Enumeration):
         "left the loss undecreased, or first-order steps in a row left the point, "
         "the optimizer's state and its hyperparameters unchanged), at a point that "
         "is not provably a minimum: `max|grad| <= atol + rtol * |loss|` does not "
-        "hold. The "
-        "tolerances are probably below what the precision allows: loosen `rtol`/"
-        "`atol`, enable float64, or rescale the problem (its loss or its variables)."
+        "hold. The tolerances are probably below what the precision allows: loosen "
+        "`rtol`/`atol`, enable float64, or rescale the problem (its loss or its "
+        "variables)."
     )
 
 

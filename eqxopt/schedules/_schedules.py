@@ -244,8 +244,6 @@ def _warmup_cosine(t, init_value, peak_value, warmup_steps, decay_steps, end, ex
 
 # Each piece starts exactly at its `start` (the formulas give `end + (start - end)`
 # there, a last bit away from it, e.g. 0.040000000000000036 for 0.04).
-
-
 def _linear_interpolate(start, end, pct):
     return jnp.where(pct <= 0, start, (end - start) * pct + start)
 
