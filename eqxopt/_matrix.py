@@ -71,11 +71,14 @@ def merge_dims(shape: Sequence[int], max_dim: int) -> tuple[int, ...]:
 
     `(1, 2, 512, 1, 2048, 1, 3, 4) -> (1024, 2048, 12)` for `max_dim=1024`. This is
     distributed Shampoo's `merge_small_dims` and, for rank >= 1, SOAP's `merge_dims`
-    (the two agree there); all-ones shapes give `(1,)`, a scalar `()`.
+    (the two agree there); all-ones shapes give `(1,)`, a scalar `()`, a shape with no
+    elements `(0,)`.
     """
     shape = tuple(int(d) for d in shape)
     if shape and all(d == 1 for d in shape):
         return (1,)
+    if 0 in shape:
+        return (0,)
     out: list[int] = []
     product = 1
     for d in shape:
@@ -157,6 +160,9 @@ def matrix_view(
     - `dimension_numbers`: `(reduction_axis, output_axis)` as in
         `eqxopt.MuonDimensionNumbers`: the view is Muon's `(batch, out, in)` stack,
         with the batch axis not preconditioned.
+
+    Without `dimension_numbers`, a leaf with no elements has no preconditioned axis
+    (its statistics are empty: there is nothing to learn a preconditioner from).
     """
     shape = tuple(int(d) for d in shape)
     if dimension_numbers is not None:
@@ -176,7 +182,11 @@ def matrix_view(
     view = shape
     if merge is not None and len(shape) > 1:
         view = merge_dims(shape, merge)
-    if len(shape) < min_rank or (len(shape) == 1 and not precondition_1d):
+    if (
+        len(shape) < min_rank
+        or (len(shape) == 1 and not precondition_1d)
+        or math.prod(shape) == 0
+    ):
         flags = (False,) * len(view)
     else:
         flags = tuple(max_dim is None or d <= max_dim for d in view)

@@ -20,7 +20,15 @@ import pytest
 import eqxopt
 from eqxopt._misc import compute_dtype
 
-from .helpers import avals, case_extra, case_grads, CASES, DTYPES, make_params
+from .helpers import (
+    avals,
+    case_extra,
+    case_grads,
+    CASES,
+    DTYPES,
+    make_params,
+    SHAPES,
+)
 
 
 GRAD_DTYPES = ["same", "float32"]
@@ -195,3 +203,51 @@ def test_state_is_stable_under_multisteps(case, dtype_name, grad_dtype):
     traces both the accumulating and the applying call): the same properties."""
     opt = eqxopt.MultiSteps(case.make(), every_k=2)
     check_state_properties(opt, case, dtype_name, grad_dtype)
+
+
+def _with_empty_leaves(shapes):
+    """`shapes` with leaves that have no elements, in the same tree (so masks and
+    labels written for it still apply): the first leaf of rank >= 2 loses its columns
+    (`(m, 0)`), the first vector its entries and, with three leaves of rank >= 2 or
+    more, the last loses its rows (`(0, n)`); each only while another leaf keeps its
+    elements."""
+    leaves, treedef = jtu.tree_flatten(shapes, is_leaf=lambda x: isinstance(x, tuple))
+    leaves = list(leaves)
+    matrices = [i for i, s in enumerate(leaves) if len(s) >= 2]
+    vectors = [i for i, s in enumerate(leaves) if len(s) == 1]
+    emptied = []
+    if matrices:
+        emptied.append((matrices[0], leaves[matrices[0]][:-1] + (0,)))
+    if vectors:
+        emptied.append((vectors[0], (0,)))
+    if len(matrices) >= 3:
+        emptied.append((matrices[-1], (0,) + leaves[matrices[-1]][1:]))
+    for i, shape in emptied:
+        if sum(0 not in s for j, s in enumerate(leaves) if j != i) > 0:
+            leaves[i] = shape
+    return jtu.tree_unflatten(treedef, leaves)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_empty_leaves_get_empty_updates_and_no_nan(case):
+    """A leaf with no elements (a zero-width layer) gets an empty update of its shape,
+    and two steps leave no NaN in the updates, the state or the params: nothing
+    reduces over an empty axis into a NaN (a mean, a norm ratio), or fails to trace
+    (a max with no identity, a reshape that drops the zero)."""
+    shapes = _with_empty_leaves(SHAPES if case.shapes is None else case.shapes)
+    params = make_params(jnp.float32, shapes)
+    assert any(x.size == 0 for x in jtu.tree_leaves(params))
+    assert any(x.size > 0 for x in jtu.tree_leaves(params))
+    opt = case.make()
+    state = opt.init(params)
+    step = eqx.filter_jit(lambda o, g, s, p, e: o.update(g, s, p, **e))
+    for key in jr.split(jr.key(2), 2):
+        grads = case_grads(case, params, key)
+        updates, state = step(opt, grads, state, params, case_extra(case, params))
+        assert [u.shape for u in jtu.tree_leaves(updates)] == [
+            p.shape for p in jtu.tree_leaves(params)
+        ]
+        params = eqx.apply_updates(params, updates)
+        for path, x in jtu.tree_flatten_with_path((updates, state, params))[0]:
+            if eqx.is_inexact_array(x):
+                assert not jnp.any(jnp.isnan(x)), f"NaN at {jtu.keystr(path)}"

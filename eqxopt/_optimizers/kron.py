@@ -275,7 +275,10 @@ def _update_factors(qs: list[Array], g: Array, v: Array, lr) -> list[Array]:
     r"""One PSGD step on every factor (psgd-jax's `_conjB` and `_update_precond`): with
     $A = Q g$ and $B = Q^{-H} v$ (here `conj_b` $= \bar B$), factor $i$ moves along
     $\nabla_i = \mathrm{triu}(A_{(i)} A_{(i)}^H - B_{(i)} B_{(i)}^H)$ normalized by
-    (a lower bound of) the norm of $A_{(i)} A_{(i)}^H + B_{(i)} B_{(i)}^H$."""
+    (a lower bound of) the norm of $A_{(i)} A_{(i)}^H + B_{(i)} B_{(i)}^H$. An empty
+    leaf leaves its factors as they are (it has no statistics)."""
+    if g.size == 0:
+        return qs
     conj_b = _conj_b(qs, v)
     a = g
     for axis, q in enumerate(qs):
@@ -306,7 +309,9 @@ def _update_factors(qs: list[Array], g: Array, v: Array, lr) -> list[Array]:
 
 def _balance(qs: list[Array]) -> list[Array]:
     """Rescale the factors to equal max-norms with the same product (psgd-jax's
-    `_balance_Q`)."""
+    `_balance_Q`). The factors of an empty leaf stay as they are."""
+    if any(q.size == 0 for q in qs):
+        return qs
     norms = jnp.stack([jnp.max(jnp.abs(q)) for q in qs])
     gmean = jnp.prod(norms) ** (1 / len(qs))
     return [q * (gmean / n).astype(q.dtype) for q, n in zip(qs, norms)]
@@ -355,9 +360,9 @@ class Kron(AbstractOptimizer[KronState]):
     `max_size_triangular`, if the leaf has fewer than `min_ndim_triangular` axes
     (so 1-D leaves get a diagonal factor by default), or by `memory_save_mode`; a 0-d
     leaf gets one scalar. Factors start at `preconditioner_init_scale ** (1/ndim)`
-    times the identity. In Equinox's `(out, in)` layout, a weight's first factor is
-    `(out, out)` and its second `(in, in)` (psgd-jax's are per axis too, so layouts do
-    not matter).
+    times the identity (and stay there for a leaf with no elements). In Equinox's
+    `(out, in)` layout, a weight's first factor is `(out, out)` and its second
+    `(in, in)` (psgd-jax's are per axis too, so layouts do not matter).
 
     **Randomness** comes from the typed PRNG key in the state, seeded by `key`:
     update $k$ draws from `jax.random.fold_in(key, k)` exactly as psgd-jax draws from

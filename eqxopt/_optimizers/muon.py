@@ -572,7 +572,7 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
                 return pack(None, None)
             _, n_out, n_in = view.view_shape
             if self.scale_rule == "reference":
-                s = math.sqrt(max(1.0, n_out / n_in))
+                s = math.sqrt(max(1.0, n_out / max(n_in, 1)))
             else:
                 s = 0.2 * math.sqrt(max(n_out, n_in))
             dtype = o.dtype
@@ -930,7 +930,9 @@ class NorMuon(_AbstractMuon[NorMuonState]):
         frob = lambda y: jnp.sqrt(jnp.sum(abs_sq(y), axis=(-2, -1), keepdims=True))
         eps = scalar(self.norm_eps, dtype)
         beta2 = scalar(self.beta2, dtype)
-        mean_sq = jnp.mean(abs_sq(x), axis=-1, keepdims=True)  # (batch, out, 1)
+        # (batch, out, 1); a row with no entries (an empty leaf) has mean square 0.
+        n_in = scalar(max(x.shape[-1], 1), dtype)
+        mean_sq = jnp.sum(abs_sq(x), axis=-1, keepdims=True) / n_in
         v = beta2 * rows.to_view(nu).astype(dtype) + (1 - beta2) * mean_sq
         y = x / (jnp.sqrt(v) + eps)
         y = y * (frob(x) / (frob(y) + eps))

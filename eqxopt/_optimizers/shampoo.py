@@ -101,8 +101,10 @@ class _Layout:
     of each block get a factor."""
 
     def __init__(self, opt: "Shampoo", shape: tuple[int, ...]):
-        self.skip = len(shape) < opt.skip_preconditioning_rank_lt or any(
-            d > opt.skip_preconditioning_dim_size_gt for d in shape
+        self.skip = (
+            len(shape) < opt.skip_preconditioning_rank_lt
+            or any(d > opt.skip_preconditioning_dim_size_gt for d in shape)
+            or 0 in shape  # no elements: no statistics to precondition with
         )
         self.view: MatrixView = matrix_view(
             shape,
@@ -169,7 +171,8 @@ class Shampoo(AbstractOptimizer[ShampooState]):
     without, where $M = M_s$ from step `start_preconditioning_step` on and $M = M_d$
     before (both momenta are kept up to date at every step). Params of rank below
     `skip_preconditioning_rank_lt` or with an axis longer than
-    `skip_preconditioning_dim_size_gt` get the grafting update alone.
+    `skip_preconditioning_dim_size_gt` (or with no elements) get the grafting
+    update alone.
 
     The arguments, their order and defaults are the reference's (`beta1`, `beta2` are
     named `b1`, `b2`; `graft_type` and `preconditioner_type` are strings), so is what

@@ -103,8 +103,11 @@ def _sm3(opt, grads, state: SM3State, params, b1, lr):
             new_mu = (accum.astype(mu[0].dtype),)
         else:
             axes = range(g.ndim)
+            # `initial=0` (the accumulators are >= 0) for the axes of an empty leaf.
             new_mu = tuple(
-                jnp.max(accum, axis=tuple(j for j in axes if j != i)).astype(m.dtype)
+                jnp.max(accum, axis=tuple(j for j in axes if j != i), initial=0).astype(
+                    m.dtype
+                )
                 for i, m in enumerate(mu)
             )
         out = u if lr is None else u * -scalar(lr, dtype)
