@@ -153,6 +153,23 @@ def test_dadapt_adamw_survives_a_zero_first_step():
     assert all(jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(params))
 
 
+def test_cocob_in_float16_steps_where_its_eps_rounds_to_zero():
+    # float16 stores COCOB's initial scale eps = 1e-8 as 0: Optax's first step with a
+    # zero gradient is 0 / 0 = NaN. Ours takes eps as the least scale.
+    params = {"w": jnp.ones(3, jnp.float16)}
+    zeros = {"w": jnp.zeros(3, jnp.float16)}
+    opt, ref = eqxopt.COCOB(), optax.contrib.cocob()
+    state, ref_state = opt.init(params), ref.init(params)
+    assert state.scale["w"][0] == 0
+    ref_updates, _ = ref.update(zeros, ref_state, params)
+    assert jnp.all(jnp.isnan(ref_updates["w"]))  # Optax's failure
+    grads = {"w": jnp.array([0.5, -1.0, 2.0], jnp.float16)}
+    for g in (zeros, zeros, grads):
+        updates, state = opt.update(g, state, params)
+        assert jnp.all(jnp.isfinite(updates["w"]))
+    assert jnp.all(jnp.sign(updates["w"]) == -jnp.sign(grads["w"]))
+
+
 @pytest.mark.parametrize(
     "make",
     [

@@ -137,7 +137,10 @@ class COCOB(AbstractOptimizer[COCOBState]):
             lr_, alpha = constants(dtype)
             g32, p32, p0_32 = g.astype(dtype), p.astype(dtype), p0.astype(dtype)
             c = lr_ * add_decay(g32, p32, self.weight_decay, selected)
-            L = jnp.maximum(scale.astype(dtype), jnp.abs(c))
+            # max with eps: in float16 the state's initial eps has rounded to 0.
+            L = jnp.maximum(
+                jnp.maximum(scale.astype(dtype), scalar(self.eps, dtype)), jnp.abs(c)
+            )
             G = sub.astype(dtype) + jnp.abs(c)
             R = jnp.maximum(reward.astype(dtype) - c * (p32 - p0_32), 0)
             C = cum.astype(dtype) - c
@@ -182,7 +185,9 @@ COCOB.__init__.__doc__ = r"""**Arguments:**
 - `learning_rate`: $\eta$, a multiplier of the gradients (default `1`); a number, an
     array or a schedule.
 - `alpha`: $\alpha > 0$, bounds the fraction of the wealth bet at each step.
-- `eps`: $\epsilon > 0$, the initial gradient scale $L_0$ (avoids dividing by 0).
+- `eps`: $\epsilon > 0$, the initial gradient scale $L_0$ (avoids dividing by 0;
+    also the least scale a step uses, which matters only where the state's dtype
+    rounds $\epsilon$ to 0, as float16 does 1e-8).
 - `weight_decay`: $\lambda$, an L2 penalty added to the gradients.
 - `mask`: which leaves are decayed, as a filter spec; default all.
 """

@@ -16,9 +16,10 @@ class Normalize(AbstractOptimizer[EmptyState]):
     r"""Scale the incoming updates to unit global norm: $u = g / \|g\|$, the norm taken
     over the whole PyTree.
 
-    Stateless. Like Optax's, it divides by zero when every entry of $g$ is zero (the
-    result is NaN). Matches `optax.contrib.normalize` (the normalisation that
-    `optax.contrib.sam` uses for its adversarial step).
+    Stateless. Matches `optax.contrib.normalize` (the normalisation that
+    `optax.contrib.sam` uses for its adversarial step), except where every entry of
+    $g$ is zero: a zero vector has no direction, and the update is zero (Optax's
+    divides by zero there, and its NaN reaches the params).
 
     !!! Example
 
@@ -45,7 +46,9 @@ class Normalize(AbstractOptimizer[EmptyState]):
 
         def _leaf(g, p):
             dtype = compute_dtype(g.dtype, norm.dtype)
-            return (g.astype(dtype) / norm.astype(dtype)).astype(out_dtype(g, p))
+            n = norm.astype(dtype)
+            u = jnp.where(n > 0, g.astype(dtype) / n, jnp.zeros((), dtype))
+            return u.astype(out_dtype(g, p))
 
         return tree_map(_leaf, grads, params, names=("grads", "params")), state
 

@@ -141,7 +141,8 @@ class SOAP(AbstractOptimizer[SOAPState]):
     - weight decay is decoupled and applied after the Adam step, to the stepped
         weights, with the learning rate (not the bias-corrected step size);
     - with `normalize_grads=True` the rotated-back Adam direction is divided by its
-        RMS (plus $10^{-30}$) per param.
+        RMS per param (the reference adds $10^{-30}$ to the RMS; here a zero
+        direction stays zero, see below).
 
     Layout: Equinox's `(out, in)` layout is PyTorch's, so $L$ is `(out, out)` and $R$
     is `(in, in)` as in the reference.
@@ -157,7 +158,11 @@ class SOAP(AbstractOptimizer[SOAPState]):
     default (no state buffer is wider than the params), so for float16 or
     bfloat16 params pass `precond_dtype=jnp.float32` (or `state_dtype=jnp.float32`,
     which both follow) to get the reference's precision. The moments have the
-    param's dtype (`state_dtype` sets them), as in the reference.
+    param's dtype (`state_dtype` sets them), as in the reference. With
+    `normalize_grads=True`, a param whose gradients have all been zero (a LoRA factor
+    facing a zero-initialised one) gets a zero step: the reference's
+    $d / (10^{-30} + \mathrm{rms}(d))$, compiled by XLA, is NaN there (XLA merges it
+    with the Adam quotient into one whose denominator underflows to 0).
 
     **State memory.** For an `(m, n)` matrix leaf with `m, n <= max_precond_dim`:
     $2mn$ moment entries (`state_dtype`, default the param's) plus $2(m^2 + n^2)$
@@ -382,8 +387,14 @@ class SOAP(AbstractOptimizer[SOAPState]):
                     step = step * jnp.sqrt(1 - b2**tt) / (1 - b1**tt)
                 direction = view.from_view(project_back(m / denom, bases))
                 if self.normalize_grads:
+                    # The reference divides by 1e-30 + rms. XLA rewrites that
+                    # quotient of quotients into m / (denom * (1e-30 + rms)), which
+                    # flushes to 0 when rms is 0 (zero grads): 0 / 0. A zero
+                    # direction stays zero instead.
                     rms = jnp.sqrt(jnp.mean(direction * direction))
-                    direction = direction / (scalar(1e-30, dtype) + rms)
+                    direction = jnp.where(
+                        rms > 0, direction / rms, jnp.zeros((), dtype)
+                    )
                 u = -step * direction
                 if use_wd:
                     assert p is not None
