@@ -303,6 +303,19 @@ def _check_arguments(opt, grads, state) -> None:
         )
 
 
+def _check_real(opt, params) -> None:
+    """The `ValueError` of an optimizer that takes real params only, at `init`."""
+    for path, x in jtu.tree_flatten_with_path(params)[0]:
+        if eqx.is_inexact_array(x) and jnp.iscomplexobj(x):
+            name = type(opt).__name__
+            raise ValueError(
+                f"`{name}` takes real params only ({opt._real_params_only}), but the "
+                f"leaf at `{jtu.keystr(path) or 'the params'}` is {x.dtype}. Wrap it "
+                f"as `eqxopt.SplitRealAndImaginary({name}(...))` to optimise the real "
+                "and imaginary parts as real params."
+            )
+
+
 def _checked(method: str, fn):
     """Wrap a concrete `init`, `update` or `step` with the state checks (API.md rules
     5 and 8)."""
@@ -321,6 +334,8 @@ def _checked(method: str, fn):
         def checked_init(self, params):
             if not _enter(self):
                 return fn(self, params)
+            if self._real_params_only:
+                _check_real(self, params)
             try:
                 state = fn(self, params)
             finally:
@@ -459,6 +474,10 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
     # are left alone: their copies cost nothing measurable, while every ordered leaf
     # adds trace and compile time.
     _write_after_params: ClassVar[tuple[str, ...]] = ()
+
+    # Non-empty in an optimizer that takes real params only: why (its `init` then
+    # raises a `ValueError` at a complex leaf, naming it).
+    _real_params_only: ClassVar[str] = ""
 
     def step(
         self, model: Params, grads: Updates, state: State, **extra

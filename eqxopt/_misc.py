@@ -381,6 +381,23 @@ def abs_sq(x: Array) -> Array:
     return x * x
 
 
+def real_dtype(dtype) -> np.dtype:
+    """The real dtype of `dtype`'s values: `float32` for `complex64`, itself for a
+    floating dtype."""
+    return np.dtype(jnp.finfo(dtype).dtype)
+
+
+def clip_magnitude(x: Array, bound) -> Array:
+    """`x` clipped to `[-bound, bound]`; a complex `x` keeps its phase and has its
+    modulus clipped to `bound` (the same thing for a real `x`). `bound` >= 0."""
+    if not jnp.iscomplexobj(x):
+        return jnp.clip(x, -bound, bound)
+    modulus = jnp.abs(x)
+    bound = jnp.asarray(bound, modulus.dtype)
+    scale = bound / jnp.where(modulus > bound, modulus, jnp.ones((), modulus.dtype))
+    return jnp.where(modulus > bound, x * scale.astype(x.dtype), x)
+
+
 # --- filter specs (masks, labels): Equinox's convention, as in `eqx.partition` -------
 
 

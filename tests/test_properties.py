@@ -10,6 +10,7 @@ import dataclasses
 import io
 
 import equinox as eqx
+import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
@@ -258,3 +259,41 @@ def test_empty_leaves_and_zero_grads_leave_no_nan(case):
         for path, x in jtu.tree_flatten_with_path((updates, state, params))[0]:
             if eqx.is_inexact_array(x):
                 assert not jnp.any(jnp.isnan(x)), f"step {i}: NaN at {jtu.keystr(path)}"
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.extra is None], ids=lambda c: c.id
+)
+def test_complex_params_are_optimised_or_refused_by_name(case):
+    """API.md: complex leaves are optimised. Every entry either takes complex64 params
+    (updates in complex64, a state that keeps its avals through an update traced as a
+    `lax.scan` body and a `lax.cond` branch), or is one of the few that take real
+    params only and says so at `init`, naming the leaf: wrapped in
+    `SplitRealAndImaginary`, as its error suggests, it then takes them. (Traced
+    abstractly, under JAX's default dtype promotion: complex arithmetic mixes complex
+    and real arrays. Entries whose `update` needs the loss are left out: the
+    registry's losses are real functions of real params.)"""
+    real = make_params(jnp.float32, case.shapes)
+    params = jtu.tree_map(lambda x: lax.complex(x, 0.5 * x), real)
+    grads = jtu.tree_map(
+        lambda x: lax.complex(x, -x),
+        make_params(jnp.float32, case.shapes, jr.key(5)),
+    )
+    opt = case.make()
+    with jax.numpy_dtype_promotion("standard"):
+        _check_complex(opt, params, grads)
+
+
+def _check_complex(opt, params, grads):
+    try:
+        state = eqx.filter_eval_shape(opt.init, params)
+    except ValueError as e:
+        leaf = jtu.keystr(jtu.tree_flatten_with_path(params)[0][0][0])
+        assert "takes real params only" in str(e) and f"`{leaf}`" in str(e)
+        opt = eqxopt.SplitRealAndImaginary(opt)
+        state = eqx.filter_eval_shape(opt.init, params)
+    updates, new_state = eqx.filter_eval_shape(
+        _scan_of_cond_step, opt, grads, state, params, {}
+    )
+    assert avals(new_state) == avals(state)
+    assert {u.dtype for u in jtu.tree_leaves(updates)} == {np.dtype(jnp.complex64)}

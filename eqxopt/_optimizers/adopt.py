@@ -13,10 +13,12 @@ from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
     abs_sq,
+    clip_magnitude,
     compute_dtype,
     increment,
     out_dtype,
     pack,
+    real_dtype,
     resolve,
     scalar,
     tree_map_unzip,
@@ -70,7 +72,9 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
     `use_clipping`, $c_k$ = `clip_value_fn(k)` ($k^{1/4}$ by default), else no
     clipping; `nesterov` applies the momentum step once more to the output. Matches
     `optax.contrib.adopt`. `clip_value_fn` is called with the step count as a float
-    (in the update's compute dtype), so it works under any dtype promotion mode.
+    (in the update's real compute dtype), so it works under any dtype promotion mode.
+    For complex params $g_k^2$ is $|g_k|^2$ and the clip bounds the modulus, keeping
+    the phase (Optax's raises: complex numbers have no order).
 
     ??? cite "References"
 
@@ -140,12 +144,14 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
             b1 = jnp.where(first, one, scalar(self.b1, dtype))
             b2 = jnp.where(first, zero, scalar(self.b2, dtype))
             new_v = (1 - b2) * abs_sq(g32) + b2 * v32
-            normed = g32 / jnp.maximum(jnp.sqrt(v32), scalar(self.eps, dtype))
+            real = real_dtype(dtype)
+            root = jnp.sqrt(
+                jnp.real(v32)
+            )  # v holds |g|^2 (complex-typed for complex g)
+            normed = g32 / jnp.maximum(root, scalar(self.eps, real)).astype(dtype)
             if self.use_clipping:
-                bound = jnp.asarray(
-                    self.clip_value_fn(state.count.astype(dtype))
-                ).astype(dtype)
-                normed = jnp.clip(normed, -bound, bound)
+                bound = jnp.asarray(self.clip_value_fn(state.count.astype(real)))
+                normed = clip_magnitude(normed, bound.astype(real))
             new_m = (1 - b1) * normed + b1 * m32
             out = (1 - b1) * normed + b1 * new_m if self.nesterov else new_m
             u = out * -scalar(lr, dtype)

@@ -14,11 +14,13 @@ from .._base import AbstractOptimizer, child_update, scalar_hyperparams
 from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
+    abs_sq,
     compute_dtype,
     draws_per_leaf,
     is_none,
     is_param,
     out_dtype,
+    real_dtype,
     scalar,
     typechecked,
 )
@@ -106,11 +108,13 @@ def _aggregate(opt, grads, state: DifferentiallyPrivateAggregateState, params):
             f"batch size on axis 0, got {[g.shape[0] for g in arrays]}."
         )
     dtype = compute_dtype(*(g.dtype for g in arrays))
-    clip = scalar(opt.l2_norm_clip, dtype)
-    std = clip * scalar(opt.noise_multiplier, dtype)
-    # Per-example global norms (over all leaves), as `optax.tree.norm` under `vmap`.
+    real = real_dtype(dtype)
+    clip = scalar(opt.l2_norm_clip, real)
+    std = clip * scalar(opt.noise_multiplier, real)
+    # Per-example global norms (over all leaves), as `optax.tree.norm` under `vmap`;
+    # a complex entry counts as two real ones.
     sq = sum(
-        jnp.sum(jnp.square(g.astype(dtype)).reshape(batch, -1), axis=1) for g in arrays
+        jnp.sum(abs_sq(g.astype(dtype)).reshape(batch, -1), axis=1) for g in arrays
     )
     norms = jnp.sqrt(sq)
     multipliers = jnp.nan_to_num(jnp.minimum(clip / norms, 1), nan=1.0)
@@ -126,6 +130,10 @@ def _aggregate(opt, grads, state: DifferentiallyPrivateAggregateState, params):
         ldt = compute_dtype(g.dtype)
         clipped = jnp.tensordot(multipliers.astype(ldt), g.astype(ldt), axes=1)
         noise = next(noises)
+        if jnp.iscomplexobj(noise):
+            # JAX's complex normal has E|z|^2 = 1; the real and imaginary parts each
+            # need the full standard deviation.
+            noise = noise * scalar(np.sqrt(2.0), real_dtype(ldt))
         u = (clipped + std.astype(ldt) * noise) / jnp.asarray(batch, ldt)
         out.append(u.astype(out_dtype(g, p if is_param(p) else None)))
     data, impl = _pack(new_key)
@@ -152,7 +160,10 @@ class DifferentiallyPrivateAggregate(
 
     The noise comes from a PRNG key in the state, split once per update exactly as
     `optax.contrib.differentially_private_aggregate` splits it, so a given `key`
-    reproduces Optax's updates.
+    reproduces Optax's updates. A complex entry counts as two real ones: its
+    $|g|^2$ enters the norm, and its real and imaginary parts each get noise of
+    standard deviation $\sigma C$ (Optax's draws JAX's complex normal, which gives
+    each part $\sigma C / \sqrt 2$: less noise than the clipping bound calls for).
 
     ??? cite "References"
 

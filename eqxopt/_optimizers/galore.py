@@ -85,6 +85,11 @@ class GaLoreDimensionNumbers:
         check_dimension_numbers(self)
 
 
+def _h(q):
+    """The conjugate transpose of a projector (its transpose for real params)."""
+    return jnp.conj(q).T
+
+
 @typechecked
 class GaLoreState(eqx.Module):
     """State of [`eqxopt.GaLore`][] and [`eqxopt.ScaleByGaLore`][]: the step count,
@@ -298,7 +303,9 @@ class AbstractGaLore(AbstractOptimizer[GaLoreState]):
             for i, g2, old in zip(idx, mats, projs):
                 view = views[i]
                 u, _, vh = jnp.linalg.svd(g2, full_matrices=False)
-                new = u[:, : view.rank] if view.left else vh[: view.rank, :].T
+                # Orthonormal columns: U_r, or V_r = (V^H)_r^H (conjugated for
+                # complex params, where the projections use conjugate transposes).
+                new = u[:, : view.rank] if view.left else _h(vh[: view.rank, :])
                 out.append(new.astype(old.dtype))
             return out
 
@@ -314,7 +321,7 @@ class AbstractGaLore(AbstractOptimizer[GaLoreState]):
         for i, g2, q in zip(idx, mats, projs):
             q = q.astype(g2.dtype)
             r = (
-                jnp.matmul(q.T, g2, precision=HIGHEST)
+                jnp.matmul(_h(q), g2, precision=HIGHEST)
                 if views[i].left
                 else jnp.matmul(g2, q, precision=HIGHEST)
             )
@@ -351,7 +358,7 @@ class AbstractGaLore(AbstractOptimizer[GaLoreState]):
                 full = (
                     jnp.matmul(q, d, precision=HIGHEST)
                     if view.left
-                    else jnp.matmul(d, q.T, precision=HIGHEST)
+                    else jnp.matmul(d, _h(q), precision=HIGHEST)
                 )
                 # As Optax, `scale` multiplies the projected leaves' updates only.
                 d = view.matrix.from_view(full) * scalar(self.scale, dtype)

@@ -134,7 +134,8 @@ class Madgrad(AbstractOptimizer[MadgradState]):
             g32 = add_decay(g.astype(dtype), p32, self.weight_decay, None)
             new_G = G.astype(dtype) + lamb * abs_sq(g32)
             new_s = s.astype(dtype) + lamb * g32
-            z = x0.astype(dtype) - new_s / (jnp.cbrt(new_G) + eps)
+            # G sums |g|^2: real, also where its state is complex-typed.
+            z = x0.astype(dtype) - new_s / (jnp.cbrt(jnp.real(new_G)) + eps)
             new_p = (1 - momentum) * z + momentum * p32
             return pack(
                 (new_p - p32).astype(out_dtype(g, p)),

@@ -23,6 +23,7 @@ from .._misc import (
     is_param,
     out_dtype,
     pack,
+    real_dtype,
     real_vdot,
     scalar,
     tree_map,
@@ -160,7 +161,8 @@ class Mechanize(AbstractOptimizer[MechanizeState]):
         first = state.count == 0
         vdt = state.s.dtype
         leaves = [x for x in jtu.tree_leaves(grads) if is_param(x)]
-        dtype = compute_dtype(vdt, *(x.dtype for x in leaves))
+        # The scalars are real, also for complex params.
+        dtype = real_dtype(compute_dtype(vdt, *(x.dtype for x in leaves)))
         s_sum = jnp.sum(state.s).astype(dtype)
         eps = scalar(self.eps, dtype)
         grad_norm = jnp.sqrt(tree_sum_of_squares(grads)).astype(dtype)

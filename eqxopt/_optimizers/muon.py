@@ -40,6 +40,7 @@ from .._misc import (
     mask_field,
     out_dtype,
     pack,
+    real_dtype,
     resolve,
     scalar,
     tree_map_unzip,
@@ -490,7 +491,7 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
             for p, v in zip(leaves, views)
         ]
         nu = [
-            None if v is None else jnp.zeros(v.rows.shape, dtype_of(p))
+            None if v is None else jnp.zeros(v.rows.shape, real_dtype(dtype_of(p)))
             for p, v in zip(leaves, views)
         ]
         # The coefficients are stored no wider than the widest Muon param (or
@@ -928,13 +929,14 @@ class NorMuon(_AbstractMuon[NorMuonState]):
         rows = view.rows
         x = view.to_view(o)  # (batch, out, in)
         frob = lambda y: jnp.sqrt(jnp.sum(abs_sq(y), axis=(-2, -1), keepdims=True))
-        eps = scalar(self.norm_eps, dtype)
-        beta2 = scalar(self.beta2, dtype)
+        real = real_dtype(dtype)  # the row moments are real, also for complex o
+        eps = scalar(self.norm_eps, real)
+        beta2 = scalar(self.beta2, real)
         # (batch, out, 1); a row with no entries (an empty leaf) has mean square 0.
-        n_in = scalar(max(x.shape[-1], 1), dtype)
+        n_in = scalar(max(x.shape[-1], 1), real)
         mean_sq = jnp.sum(abs_sq(x), axis=-1, keepdims=True) / n_in
-        v = beta2 * rows.to_view(nu).astype(dtype) + (1 - beta2) * mean_sq
-        y = x / (jnp.sqrt(v) + eps)
+        v = beta2 * rows.to_view(nu).astype(real) + (1 - beta2) * mean_sq
+        y = x / (jnp.sqrt(v) + eps).astype(dtype)
         y = y * (frob(x) / (frob(y) + eps))
         nu_new = rows.from_view(v).astype(nu.dtype)
         # With explicit mesh axes `v` follows `o`'s sharding; keep `nu`'s own (rule 5).

@@ -14,11 +14,14 @@ from .._base import AbstractOptimizer, scalar_hyperparams
 from .._checks import check_hyperparams, need_params
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
 from .._misc import (
+    abs_sq,
     compute_dtype,
     increment,
     is_param,
     out_dtype,
     pack,
+    real_dtype,
+    real_vdot,
     resolve,
     scalar,
     tree_map,
@@ -171,7 +174,10 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
     def update(self, grads: Updates, state: ProdigyState, params=None, **extra):
         need_params(self, params)
         leaves = [x for x in jtu.tree_leaves(grads) if is_param(x)]
-        dtype = compute_dtype(state.estim_lr.dtype, *(x.dtype for x in leaves))
+        # The scalars are real, also for complex params.
+        dtype = real_dtype(
+            compute_dtype(state.estim_lr.dtype, *(x.dtype for x in leaves))
+        )
         count = increment(state.count)
         t = count.astype(dtype)
         b1, b2 = (scalar(b, dtype) for b in self.betas)
@@ -189,7 +195,7 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
             g32 = g.astype(ldt)
             dg = d.astype(ldt) * g32
             ea32 = b1.astype(ldt) * ea.astype(ldt) + (1 - b1.astype(ldt)) * dg
-            eas32 = b2.astype(ldt) * eas.astype(ldt) + (1 - b2.astype(ldt)) * dg * dg
+            eas32 = b2.astype(ldt) * eas.astype(ldt) + (1 - b2.astype(ldt)) * abs_sq(dg)
             s32 = b3.astype(ldt) * s.astype(ldt) + (
                 sum_weight.astype(ldt) * dg / d0.astype(ldt)
             )
@@ -198,7 +204,7 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
                 ea32,
                 eas32,
                 s32,
-                jnp.sum(g32 * diff).astype(dtype),
+                real_vdot(g32, diff).astype(dtype),
                 jnp.sum(jnp.abs(s32)).astype(dtype),
             )
 

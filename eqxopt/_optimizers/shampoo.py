@@ -330,6 +330,11 @@ class Shampoo(AbstractOptimizer[ShampooState]):
         # API.md rule 8: no state buffer wider than the params (or `state_dtype`).
         return jnp.dtype(self.precond_dtype or self.state_dtype or p.dtype)
 
+    _real_params_only = (
+        "its preconditioners are inverse roots of real symmetric statistics, as in "
+        "the reference"
+    )
+
     def init(self, params: Params) -> ShampooState:
         leaves, treedef = jtu.tree_flatten(params, is_leaf=is_none)
         stats, precs, diag, dmom, mom = [], [], [], [], []

@@ -19,6 +19,7 @@ from .._misc import (
     is_param,
     out_dtype,
     pack,
+    real_dtype,
     resolve,
     scalar,
     tree_map,
@@ -55,12 +56,8 @@ class SM3State(eqx.Module):
     nu: PyTree[Inexact[Array, "..."]] | None
 
 
-def _real(dtype):
-    return jnp.real(jnp.zeros((), dtype)).dtype
-
-
 def _accumulators(p, state_dtype):
-    dtype = _real(state_dtype or p.dtype)
+    dtype = real_dtype(state_dtype or p.dtype)
     if p.ndim <= 1:
         return (zeros_like_leaf(p, dtype),)
     return tuple(jnp.zeros((n,), dtype) for n in p.shape)
@@ -78,14 +75,14 @@ def _sm3(opt, grads, state: SM3State, params, b1, lr):
     def _leaf(g, mu, nu, p):
         dtype = compute_dtype(g.dtype, *(m.dtype for m in mu))
         g32 = g.astype(dtype)
+        real = real_dtype(dtype)  # the accumulators hold |g|^2
         if g.ndim <= 1:
-            prev = mu[0].astype(dtype)
+            prev = mu[0].astype(real)
         else:
             prev = ft.reduce(
                 jnp.minimum,
-                [_expand(m.astype(dtype), g.ndim, i) for i, m in enumerate(mu)],
+                [_expand(m.astype(real), g.ndim, i) for i, m in enumerate(mu)],
             )
-        real = _real(dtype)
         b2 = scalar(opt.b2, real)
         coeff = jnp.where(b2 == 1, jnp.ones((), real), 1 - b2)
         accum = coeff * abs_sq(g32) + b2 * prev

@@ -260,6 +260,10 @@ class SOAP(AbstractOptimizer[SOAPState]):
 
     # -- protocol ----------------------------------------------------------------
 
+    _real_params_only = (
+        "its eigenbases are those of real symmetric statistics, as in the reference"
+    )
+
     def init(self, params: Params) -> SOAPState:
         leaves, treedef = jtu.tree_flatten(params, is_leaf=is_none)
         mu, nu, precs, bases = [], [], [], []

@@ -4,17 +4,21 @@ from .._base import AbstractOptimizer, EmptyState
 from .._checks import check_hyperparams
 from .._custom_types import Params, ScalarLike, Updates
 from .._misc import (
+    clip_magnitude,
     compute_dtype,
     global_norm,
     out_dtype,
     per_dtype,
+    real_dtype,
     scalar,
     tree_map,
 )
 
 
 class Clip(AbstractOptimizer[EmptyState]):
-    r"""Clip every update element to $[-\delta, \delta]$. Matches `optax.clip`.
+    r"""Clip every update element to $[-\delta, \delta]$. Matches `optax.clip`; a
+    complex element keeps its phase and has its modulus clipped to $\delta$ (Optax's
+    raises: complex numbers have no order).
 
     !!! Example
 
@@ -40,17 +44,12 @@ class Clip(AbstractOptimizer[EmptyState]):
         return EmptyState()
 
     def update(self, grads: Updates, state: EmptyState, params=None, **extra):
-        bounds = per_dtype(
-            lambda dtype: (
-                -scalar(self.max_delta, dtype),
-                scalar(self.max_delta, dtype),
-            )
-        )
+        bounds = per_dtype(lambda dtype: scalar(self.max_delta, real_dtype(dtype)))
 
         def _leaf(g, p):
             dtype = compute_dtype(g.dtype)
-            low, high = bounds(dtype)
-            return jnp.clip(g.astype(dtype), low, high).astype(out_dtype(g, p))
+            clipped = clip_magnitude(g.astype(dtype), bounds(dtype))
+            return clipped.astype(out_dtype(g, p))
 
         return tree_map(_leaf, grads, params, names=("grads", "params")), state
 
