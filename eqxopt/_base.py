@@ -25,7 +25,7 @@ from jaxtyping import Array, Int32
 
 from ._checks import check_scalar_fields
 from ._custom_types import Params, State, Updates
-from ._misc import STATE_CLASSES, tree_map, typechecked
+from ._misc import is_param, STATE_CLASSES, tree_map, typechecked
 
 
 class StateDriftError(TypeError):
@@ -306,7 +306,7 @@ def _check_arguments(opt, grads, state) -> None:
 def _check_real(opt, params) -> None:
     """The `ValueError` of an optimizer that takes real params only, at `init`."""
     for path, x in jtu.tree_flatten_with_path(params)[0]:
-        if eqx.is_inexact_array(x) and jnp.iscomplexobj(x):
+        if is_param(x) and jnp.iscomplexobj(x):
             name = type(opt).__name__
             raise ValueError(
                 f"`{name}` takes real params only ({opt._real_params_only}), but the "

@@ -24,6 +24,7 @@ from ._misc import (
     compute_dtype,
     hashable,
     is_param,
+    real_dtype,
     tree_map,
 )
 from ._solution import result_item, RESULTS, Solution, succeeded
@@ -362,9 +363,7 @@ def _check(f, g, y, bounds, options):
     leaves `finite` comes from the same maximum: `max|g|` is NaN or infinite exactly
     when some entry of `g` is (the maximum propagates NaN)."""
     measure = _gradient_measure(g, y, bounds)
-    dtype = compute_dtype(
-        f.dtype, *(jnp.finfo(x.dtype).dtype for x in _leaves(measure))
-    )
+    dtype = compute_dtype(f.dtype, *(real_dtype(x.dtype) for x in _leaves(measure)))
     atol, rtol = np.asarray(options.atol, dtype), np.asarray(options.rtol, dtype)
     tol = lax.add(atol, lax.mul(rtol, cast(lax.abs(f), dtype)))
     size = _max_abs(measure, dtype)

@@ -309,9 +309,7 @@ def scalar_state_dtype(params, state_dtype=None):
     if state_dtype is not None:
         return jnp.dtype(state_dtype)
     leaves = [x for x in jtu.tree_leaves(params) if is_param(x)]
-    return jnp.dtype(
-        jnp.real(jnp.zeros((), compute_dtype(*(x.dtype for x in leaves)))).dtype
-    )
+    return real_dtype(compute_dtype(*(x.dtype for x in leaves)))
 
 
 def draws_per_leaf(
@@ -366,7 +364,7 @@ def tree_sum_of_squares(tree) -> Array:
             jnp.sum(jnp.real(x.astype(dtype) * jnp.conj(x.astype(dtype))))
             for x in leaves
         ),
-        start=jnp.zeros((), jnp.real(jnp.zeros((), dtype)).dtype),
+        start=jnp.zeros((), real_dtype(dtype)),
     )
 
 

@@ -26,6 +26,7 @@ from .._misc import (
     compute_dtype,
     is_none,
     is_param,
+    real_dtype,
     tree_map,
 )
 
@@ -95,10 +96,6 @@ class LineSearchResult(eqx.Enumeration):
 def concrete_item(item):
     """An enumeration item whose value is a JAX (not NumPy) int32 array."""
     return jtu.tree_map(jnp.asarray, item)
-
-
-def real_dtype(dtype) -> np.dtype:
-    return np.dtype(jnp.finfo(dtype).dtype)
 
 
 def scalar_dtype(tree) -> np.dtype:
@@ -288,7 +285,7 @@ def below_resolution(direction, params) -> Array:
         [x for x in jtu.tree_leaves(direction) if is_param(x)],
         [x for x in jtu.tree_leaves(params) if is_param(x)],
     ):
-        real = jnp.finfo(d.dtype).dtype
+        real = real_dtype(d.dtype)
         eps = jnp.asarray(4 * float(jnp.finfo(p.dtype).eps), real)
         tiny = jnp.asarray(float(jnp.finfo(p.dtype).tiny), real)
         limit = eps * jnp.maximum(jnp.abs(p).astype(real), tiny)

@@ -145,9 +145,8 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
             b2 = jnp.where(first, zero, scalar(self.b2, dtype))
             new_v = (1 - b2) * abs_sq(g32) + b2 * v32
             real = real_dtype(dtype)
-            root = jnp.sqrt(
-                jnp.real(v32)
-            )  # v holds |g|^2 (complex-typed for complex g)
+            # v holds |g|^2 (complex-typed for complex g).
+            root = jnp.sqrt(jnp.real(v32))
             normed = g32 / jnp.maximum(root, scalar(self.eps, real)).astype(dtype)
             if self.use_clipping:
                 bound = jnp.asarray(self.clip_value_fn(state.count.astype(real)))

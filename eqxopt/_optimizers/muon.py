@@ -501,7 +501,7 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
         dtypes += [] if self.state_dtype is None else [jnp.dtype(self.state_dtype)]
         if dtypes:
             with jax.numpy_dtype_promotion("standard"):
-                dtype = jnp.finfo(jnp.result_type(*dtypes)).dtype
+                dtype = real_dtype(jnp.result_type(*dtypes))
         else:
             dtype = jnp.dtype(jnp.float32)
         coeffs = jnp.asarray(self.ns_coeffs, dtype)

@@ -25,6 +25,7 @@ from .._misc import (
     is_none,
     is_param,
     pack,
+    real_dtype,
     resolve,
     scalar,
     tree_map,
@@ -127,7 +128,7 @@ class ScheduleFreeAdamWState(eqx.Module):
 def _scalar_dtype(params):
     """The dtype of the scalar state (max lr, weight sum): float32, or float64 when a
     param is float64. Never lower than float32, so the weight sum keeps counting."""
-    dtypes = [jnp.finfo(x.dtype).dtype for x in jtu.tree_leaves(params) if is_param(x)]
+    dtypes = [real_dtype(x.dtype) for x in jtu.tree_leaves(params) if is_param(x)]
     return compute_dtype(*dtypes)
 
 

@@ -11,13 +11,13 @@ from jaxtyping import Array, PyTree
 
 from .._base import AbstractOptimizer, EmptyState
 from .._custom_types import Params, Updates
-from .._misc import is_param, out_dtype, tree_map
+from .._misc import is_param, out_dtype, real_dtype, tree_map
 
 
 def _full(bound, leaf, fill) -> Array:
     """`bound` (None, a scalar or an array broadcastable to `leaf`) as an array of
     `leaf`'s shape and real dtype; `None` means `fill` (+-inf)."""
-    dtype = jnp.finfo(leaf.dtype).dtype
+    dtype = real_dtype(leaf.dtype)
     if bound is None:
         return jnp.full(leaf.shape, fill, dtype)
     return jnp.broadcast_to(jnp.asarray(bound).astype(dtype), leaf.shape)
