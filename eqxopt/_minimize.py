@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
@@ -493,23 +494,30 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
         bounds = broadcast_bounds(bounds, y_dyn)
         if throw_inside:
             # Traced bounds (under `vmap`, `jit`) are checked at run time, naming the
-            # first leaf with an empty box: concrete ones raised a `ValueError`
-            # before the solve.
+            # first leaf with an empty box or a NaN bound: concrete ones raised a
+            # `ValueError` before the solve.
             paths = [
                 jtu.keystr(path) or "the params"
                 for path, x in jtu.tree_flatten_with_path(y_dyn)[0]
                 if is_param(x)
             ]
-            empty = jnp.stack(
-                [jnp.any(lo > up) for lo, up in zip(*map(_leaves, bounds))]
+            pairs = list(zip(*map(_leaves, bounds)))
+            bad = jnp.stack(
+                [jnp.any(lo > up) for lo, up in pairs]
+                + [jnp.any(jnp.isnan(lo) | jnp.isnan(up)) for lo, up in pairs]
             )
             y_dyn = eqx.branched_error_if(
                 y_dyn,
-                jnp.any(empty),
-                jnp.argmax(empty),
+                jnp.any(bad),
+                jnp.argmax(bad),
                 [
                     f"eqxopt.minimize: `bounds`: lower > upper at {p} (a box needs "
                     "lower <= upper)."
+                    for p in paths
+                ]
+                + [
+                    f"eqxopt.minimize: `bounds`: a NaN bound at {p} (an open side is "
+                    "None or +-inf)."
                     for p in paths
                 ],
             )
@@ -541,10 +549,15 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
 
 
 def _jit_body(dynamic, static, *rest):
+    """`_solve` on the inputs split by `_minimize`. The `Solution`'s non-array leaves
+    (those of `y0`, as an `eqx.nn.MLP`'s activation functions) leave the `jit` as
+    static output, as in `eqx.filter_jit`."""
     treedef, leaves = static
     leaves = [s if d is None else d for d, s in zip(dynamic, leaves)]
     fn, optimizer, y0, args, bounds = jtu.tree_unflatten(treedef, leaves)
-    return _solve(fn, optimizer, y0, args, bounds, *rest)
+    sol = _solve(fn, optimizer, y0, args, bounds, *rest)
+    arrays, others = eqx.partition(sol, eqx.is_array)
+    return arrays, eqxi.Static(others)
 
 
 # The solve is a loop of small, mostly scalar kernels: XLA's CPU compile time is
@@ -639,7 +652,8 @@ def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solut
     rest = (options, throw_inside, adjoint)
     if not hashable(static):
         _raise_unhashable(fn, optimizer, y0, args, bounds)
-    sol = _solve_jit["nested" if traced else "top"](dynamic, static, *rest)
+    arrays, others = _solve_jit["nested" if traced else "top"](dynamic, static, *rest)
+    sol = eqx.combine(arrays, others.value)
     if throw and not traced and not succeeded(sol.result):
         raise eqx.EquinoxRuntimeError(RESULTS[sol.result])
     return sol
@@ -750,8 +764,9 @@ def minimize(
         \le \text{atol} + \text{rtol}\,|f|$. [`eqxopt.LBFGSB`][] uses the bounds in
         its model; any other optimizer becomes a projected method (each new point is
         projected onto the box, and it sees the loss of the projected point).
-        `lower > upper` raises a `ValueError` naming the leaf (for traced bounds,
-        under `vmap` or `jit`, with `throw=True`: an error when the solve runs).
+        `lower > upper` or a NaN bound raises a `ValueError` naming the leaf (for
+        traced bounds, under `vmap` or `jit`, with `throw=True`: an error when the
+        solve runs).
     - `adjoint`: how derivatives of the solution with respect to `args` (and `y0`)
         are computed: `"unrolled"` (default) differentiates through the
         checkpointed loop, the line searches included; `"implicit"` uses the implicit

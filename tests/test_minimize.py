@@ -192,6 +192,31 @@ def test_module_as_y0_and_progress_bar(capfd):
     assert "minimize" in err and "loss" in err
 
 
+def test_a_model_with_function_leaves_as_y0():
+    """An `eqx.nn.MLP` keeps its activations as ordinary (non-static) fields: leaves
+    that are functions, not arrays. They come back in `sol.value`, eagerly and under
+    `eqx.filter_jit`, as from `eqx.filter_jit` itself."""
+    model = eqx.nn.MLP(2, 1, 4, 1, key=jr.key(0))
+    x = jr.normal(jr.key(1), (16, 2))
+    target = jnp.sum(x, axis=1, keepdims=True)
+
+    def fn(model, args):
+        loss = jnp.mean((jax.vmap(model)(args[0]) - args[1]) ** 2)
+        return loss, {"loss": loss}
+
+    def solve(model):
+        return eqxopt.minimize(
+            fn, eqxopt.LBFGS(), model, (x, target), max_steps=20, has_aux=True,
+            throw=False,
+        )  # fmt: skip
+
+    start = fn(model, (x, target))[0]
+    for sol in (solve(model), eqx.filter_jit(solve)(model)):
+        assert isinstance(sol.value, eqx.nn.MLP)
+        assert sol.value.activation is model.activation
+        assert sol.loss < 0.1 * start and sol.aux["loss"] == sol.loss
+
+
 def test_bad_arguments():
     with pytest.raises(ValueError, match="adjoint"):
         eqxopt.minimize(rosenbrock, eqxopt.LBFGS(), jnp.zeros(2), adjoint="forward")
