@@ -154,6 +154,10 @@ def test_bad_bounds():
         eqxopt.minimize(fn, eqxopt.LBFGSB(), y0, bounds=({"v": 1.0}, None))
     with pytest.raises(ValueError, match="must be real, got a complex `upper`"):
         eqxopt.minimize(fn, eqxopt.LBFGSB(), y0, bounds=(0.0, {"w": 1j}))
+    # NaN compares false with everything: unchecked, it would leave its side open.
+    nan_upper = {"w": jnp.array([1.0, jnp.nan])}
+    with pytest.raises(ValueError, match=r"a NaN `upper` bound at \['w'\]"):
+        eqxopt.minimize(fn, eqxopt.LBFGSB(), y0, bounds=(0.0, nan_upper))
     # Traced bounds (here one box per lane, the first empty) are checked when the
     # solve runs (`eqx.error_if`: outside `eqx.filter_jit`, JAX reports the error).
     solve = lambda up: eqxopt.minimize(
@@ -162,6 +166,8 @@ def test_bad_bounds():
     errors = (eqx.EquinoxRuntimeError, jax.errors.JaxRuntimeError)
     with pytest.raises(errors, match=r"lower > upper at \['w'\]"):
         jax.vmap(solve)(jnp.array([0.0, 2.0]))
+    with pytest.raises(errors, match=r"a NaN bound at \['w'\]"):
+        jax.vmap(solve)(jnp.array([2.0, jnp.nan]))
     assert np.allclose(jax.vmap(solve)(jnp.array([1.0, 2.0])).value["w"], 1.0)
     nan_start = lambda y, args: jnp.sum(y) * jnp.nan
     sol = eqxopt.minimize(
@@ -264,3 +270,22 @@ def test_project_box_transform():
     assert new["b"] == -1.0
     with pytest.raises(ValueError, match="params"):
         box.update(updates, box.init(params))
+    # A box that is empty only for some params is found at `update`, with the leaf.
+    empty_w = eqxopt.ProjectBox({"w": 2.0, "b": 0.0}, 1.0)
+    with pytest.raises(ValueError, match=r"lower > upper at \['w'\]"):
+        empty_w.update(updates, empty_w.init(params), params)
+
+
+@pytest.mark.parametrize(
+    "lower, upper, message",
+    [
+        (1.0, 0.0, r"lower > upper \(1.0 > 0.0\)"),
+        (jnp.nan, 1.0, "`lower` is NaN"),
+        (0.0, {"w": jnp.array([1.0, jnp.nan])}, r"`upper\['w'\]` is NaN"),
+        (0.0, 1j, "`upper` must be a real number"),
+        ("0", 1.0, "`lower` must be a real number"),
+    ],
+)
+def test_project_box_checks_its_bounds_at_construction(lower, upper, message):
+    with pytest.raises(ValueError, match=message):
+        eqxopt.ProjectBox(lower, upper)

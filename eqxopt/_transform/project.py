@@ -3,6 +3,7 @@ onto the box, and the `ProjectBox` transform."""
 
 from typing import Any
 
+import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
@@ -77,6 +78,13 @@ def check_bounds(bounds: tuple[Any, Any], params: Params, *, what: str = "bounds
     flat_l = jtu.tree_flatten_with_path(lower, is_leaf=lambda x: x is None)[0]
     flat_u = jtu.tree_leaves(upper, is_leaf=lambda x: x is None)
     for (path, lo), up in zip(flat_l, flat_u):
+        for side, bound in (("lower", lo), ("upper", up)):
+            if bound is not None and np.any(np.isnan(bound)):
+                raise ValueError(
+                    f"`{what}`: a NaN `{side}` bound at "
+                    f"{jtu.keystr(path) or 'the params'} (an open side is None or "
+                    "+-inf)."
+                )
         if lo is not None and up is not None and np.any(lo > up):
             raise ValueError(
                 f"`{what}`: lower > upper at {jtu.keystr(path) or 'the params'} (a box "
@@ -90,7 +98,8 @@ def broadcast_bounds(
     """`(lower, upper)`, each a PyTree prefix of `params` (a scalar or array bounds
     every element of the subtree it sits over; `None` or +-inf leaves a side open), as
     two trees of `params`' structure with one array per inexact param leaf (None
-    elsewhere). Raises a `ValueError` naming the leaf where `lower > upper`, for
+    elsewhere). Raises a `ValueError` naming the leaf where `lower > upper` or a
+    bound is NaN, for
     complex params, and when a bound is not a prefix of `params`."""
     check_bounds(bounds, params, what=what)
     lower, upper = _per_param(bounds, params, what, _full)
@@ -141,6 +150,36 @@ class ProjectBox(AbstractOptimizer[EmptyState]):
 
     lower: Any = None
     upper: Any = None
+
+    def __check_init__(self):
+        # What can be checked without the params (the rest is checked at `update`,
+        # where the bounds are broadcast over them): each concrete bound is real and
+        # not NaN, and two scalar bounds make a box.
+        for side, bound in (("lower", self.lower), ("upper", self.upper)):
+            for path, b in jtu.tree_flatten_with_path(bound)[0]:
+                if isinstance(b, Tracer):
+                    continue
+                where = f"`{side}{jtu.keystr(path)}`"
+                values = np.asarray(b)
+                if not np.issubdtype(values.dtype, np.number) or np.iscomplexobj(b):
+                    raise ValueError(
+                        f"`ProjectBox`: {where} must be a real number or array (or "
+                        f"None), got {values.dtype}."
+                    )
+                if np.any(np.isnan(values)):
+                    raise ValueError(
+                        f"`ProjectBox`: {where} is NaN (an open side is None or +-inf)."
+                    )
+        lo, up = self.lower, self.upper
+        scalars = all(
+            eqx.is_array_like(b) and not isinstance(b, Tracer) and np.ndim(b) == 0
+            for b in (lo, up)
+        )
+        if scalars and np.asarray(lo) > np.asarray(up):
+            raise ValueError(
+                f"`ProjectBox`: lower > upper ({lo} > {up}): a box needs "
+                "lower <= upper."
+            )
 
     def init(self, params: Params) -> EmptyState:
         return EmptyState()
