@@ -16,6 +16,7 @@ from ._custom_types import Params, Updates
 from ._misc import (
     is_param,
     out_dtype,
+    strong,
     tree_map,
     typechecked,
 )
@@ -126,6 +127,10 @@ class FromOptax(AbstractOptimizer[FromOptaxState]):
       implicit promotion and fails under `"strict"`.
     - Updates are cast to their params' dtypes (API rule 4; to the grads' dtypes when
       no params are given).
+    - Weak types are dropped from Optax's state (each array keeps its dtype): a state
+      built from Python numbers, as `optax.lbfgs`'s line-search info, would otherwise
+      change type at its first update, so that a `jit`-ed step compiled twice and the
+      state could not be a loop carry.
     - Like every eqxopt optimizer, the state is checked for drift: an Optax state whose
       dtypes change during `update` raises [`eqxopt.StateDriftError`][]. This catches
       Optax's own drifts, e.g. `optax.adam`'s moments turning bfloat16 -> float32 when
@@ -155,7 +160,7 @@ class FromOptax(AbstractOptimizer[FromOptaxState]):
 
     def init(self, params: Params) -> FromOptaxState:
         with jax.numpy_dtype_promotion("standard"):
-            return FromOptaxState(self.tx.init(_only_params(params)))
+            return FromOptaxState(_strong_arrays(self.tx.init(_only_params(params))))
 
     def update(
         self,
@@ -166,6 +171,8 @@ class FromOptax(AbstractOptimizer[FromOptaxState]):
     ) -> tuple[Updates, FromOptaxState]:
         grads = _only_params(grads)
         params = None if params is None else _only_params(params)
+        if callable(extra.get("value_fn")):
+            extra["value_fn"] = _naming_extra_args(extra["value_fn"], extra)
         with jax.numpy_dtype_promotion("standard"):
             updates, inner_state = self.tx.update(
                 grads, state.inner_state, params, **extra
@@ -177,17 +184,58 @@ class FromOptax(AbstractOptimizer[FromOptaxState]):
             params,
             names=("updates", "grads", "params"),
         )
-        return updates, FromOptaxState(inner_state)
+        return updates, FromOptaxState(_strong_arrays(inner_state))
 
     def hyperparams(self, state: FromOptaxState) -> dict[str, Any]:
         found = getattr(state.inner_state, "hyperparams", None)
         return dict(found) if isinstance(found, dict) else {}
 
 
+def _strong_arrays(tree):
+    return jax.tree.map(lambda x: strong(x) if eqx.is_array(x) else x, tree)
+
+
 def _only_params(tree):
     return jax.tree.map(
         lambda x: x if is_param(x) else None, tree, is_leaf=lambda x: x is None
     )
+
+
+# The extra arguments that Optax's line searches take themselves.
+_LINESEARCH_ARGS = frozenset({"value", "grad", "value_fn"})
+
+
+def _naming_extra_args(value_fn, extra):
+    """`value_fn`, with a signature that also names every other extra argument of the
+    update (dropped when passed).
+
+    Optax's line searches (`optax.lbfgs`'s zoom, `scale_by_backtracking_linesearch`)
+    pass `value_fn` the extra arguments its signature names and reject any other as
+    "not consumed by `value_fn`", while eqxopt forwards every extra argument to every
+    child, to be ignored where unused (API.md section 1): `eqxopt.minimize` also
+    passes Optax's `obj_fn=` and `grad_fn=`, for Sophia and SAM. Named here, they are
+    dropped at `value_fn`, and the arguments `value_fn` itself takes still reach it.
+    """
+    try:
+        parameters = inspect.signature(value_fn).parameters
+    except (TypeError, ValueError):
+        return value_fn
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return value_fn
+    own = [p for p in parameters.values() if p.kind is not p.VAR_POSITIONAL]
+    names = {p.name for p in own}
+    others = sorted(set(extra) - _LINESEARCH_ARGS - names)
+    if not others:
+        return value_fn
+
+    def named(*args, **kwargs):
+        return value_fn(*args, **{k: v for k, v in kwargs.items() if k in names})
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    named.__signature__ = inspect.Signature(  # pyright: ignore[reportFunctionMemberAccess]
+        [*parameters.values(), *(inspect.Parameter(n, keyword) for n in others)]
+    )
+    return named
 
 
 def _accepted_extra_args_only(optax, tx):

@@ -26,6 +26,7 @@ from ._misc import (
     hashable,
     is_param,
     real_dtype,
+    strong,
     tree_map,
 )
 from ._solution import result_item, RESULTS, Solution, succeeded
@@ -39,11 +40,6 @@ from ._transform.project import (
 
 
 _ADJOINTS = ("unrolled", "implicit")
-
-
-def _strong(x):
-    """`x` without a weak type (an explicit cast to its own dtype)."""
-    return x.astype(x.dtype)
 
 
 def _split(fn, has_aux):
@@ -65,7 +61,7 @@ def _split(fn, has_aux):
                 + (" (as the first element of its output)" if has_aux else "")
                 + f", got an array of shape {loss.shape} and dtype {loss.dtype}."
             )
-        return _strong(loss), aux
+        return strong(loss), aux
 
     return loss_and_aux
 
@@ -489,7 +485,7 @@ def _leaves(tree):
 
 def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
     y_dyn, y_static = eqx.partition(y0, is_param)
-    y_dyn = jtu.tree_map(_strong, y_dyn)
+    y_dyn = jtu.tree_map(strong, y_dyn)
     if bounds is not None:
         bounds = broadcast_bounds(bounds, y_dyn)
         if throw_inside:

@@ -379,6 +379,12 @@ def abs_sq(x: Array) -> Array:
     return x * x
 
 
+def strong(x: Array) -> Array:
+    """`x` without a weak type (an explicit cast to its own dtype; a no-op for an
+    array that has none)."""
+    return x.astype(x.dtype)
+
+
 def real_dtype(dtype) -> np.dtype:
     """The real dtype of `dtype`'s values: `float32` for `complex64`, itself for a
     floating dtype."""

@@ -254,3 +254,36 @@ def test_from_optax_forwards_only_the_extra_arguments_a_transformation_accepts()
         grads, opt.init(params), params, grad_fn=grad_fn, value=jnp.asarray(1.0)
     )
     assert jnp.allclose(updates["w"], -0.1 * jnp.ones(3))
+
+
+def test_from_optax_lbfgs_in_minimize_and_in_a_compiled_loop():
+    """`optax.lbfgs`'s state holds weakly typed scalars (its line-search info, from
+    Python numbers) that its first update makes strong: `from_optax` drops the weak
+    types, so the state keeps its type (no drift error at `init`, one compilation of
+    a step). And its line search, which rejects extra arguments that `value_fn` does
+    not take, runs in `eqxopt.minimize`, which also passes `obj_fn=` and `grad_fn=`."""
+    opt = eqxopt.from_optax(optax.lbfgs())
+    sol = eqxopt.minimize(_rosenbrock, opt, jnp.zeros(3), max_steps=100)
+    assert jnp.allclose(sol.value, 1.0, atol=1e-5)
+
+    # A value_fn's own extra arguments (Optax's convention) still reach it.
+    def value_fn(y, scale):
+        return scale * _rosenbrock(y, None)
+
+    traces = []
+
+    @eqx.filter_jit
+    def step(y, state):
+        traces.append(None)
+        value, grad = jax.value_and_grad(value_fn)(y, 2.0)
+        extra = dict(value=value, grad=grad, value_fn=value_fn, scale=2.0)
+        return opt.step(y, grad, state, **extra, obj_fn=None)
+
+    y, state = jnp.zeros(3), opt.init(jnp.zeros(3))
+    for _ in range(30):
+        y, state = step(y, state)
+    assert len(traces) == 1 and jnp.allclose(y, 1.0, atol=1e-3)
+
+
+def _rosenbrock(y, args):
+    return jnp.sum(100.0 * (y[1:] - y[:-1] ** 2) ** 2 + (1.0 - y[:-1]) ** 2)
