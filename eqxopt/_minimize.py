@@ -249,8 +249,8 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
         obj_fn=value_fn,
         grad_fn=lambda y, i: conj(eqx.filter_grad(value_fn)(y)),
     )
-    if problem.bound_aware:
-        extra["bounds"] = problem.bounds
+    if problem.bound_aware:  # (without bounds: both sides open, LBFGS's steps)
+        extra["bounds"] = (None, None) if problem.bounds is None else problem.bounds
     updates, state = optimizer.update(carry.g, carry.state, carry.y, **extra)
     y = eqx.apply_updates(carry.y, updates)
     if problem.bounds is not None:

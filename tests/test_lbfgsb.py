@@ -289,3 +289,15 @@ def test_project_box_transform():
 def test_project_box_checks_its_bounds_at_construction(lower, upper, message):
     with pytest.raises(ValueError, match=message):
         eqxopt.ProjectBox(lower, upper)
+
+
+def test_minimize_without_bounds_solves_like_lbfgs():
+    """API.md: `minimize` passes `LBFGSB` its bounds; given none, both sides are open
+    and it takes `LBFGS`'s steps (its `update` alone still requires `bounds=`)."""
+    y0 = jnp.array([-1.2, 1.0, -0.5, 0.3])
+    solve = lambda opt: eqxopt.minimize(rosenbrock, opt, y0, rtol=0.0, atol=1e-9)
+    bounded, plain = solve(eqxopt.LBFGSB()), solve(eqxopt.LBFGS())
+    assert bounded.result == eqxopt.RESULTS.successful
+    assert np.allclose(bounded.value, plain.value, rtol=1e-9)
+    # Rounding differs (compact form vs. two-loop recursion): steps within one or two.
+    assert abs(int(bounded.stats["num_steps"]) - int(plain.stats["num_steps"])) <= 2

@@ -233,8 +233,9 @@ class LBFGSB(AbstractLineSearchOptimizer[LBFGSBState]):
     at `params`, `value_fn: params -> loss` and `bounds=(lower, upper)` (PyTree
     prefixes of the params; a scalar bounds every element; `None` or $\pm\infty$
     leaves a side open); [`eqxopt.minimize`][] passes them, with
-    `minimize(..., bounds=...)`. The line search evaluates `value_fn` at the
-    projection of each trial point, so no evaluation is ever outside the box.
+    `minimize(..., bounds=...)` (without `bounds=`, both sides open). The line search
+    evaluates `value_fn` at the projection of each trial point, so no evaluation is
+    ever outside the box.
 
     ??? cite "References"
 

@@ -73,7 +73,7 @@ def check_bounds(bounds: tuple[Any, Any], params: Params, *, what: str = "bounds
         if is_param(p) and jnp.iscomplexobj(p):
             raise ValueError(
                 f"`{what}`: box bounds need real params; the param at "
-                f"{jtu.keystr(path)} is complex."
+                f"{jtu.keystr(path) or 'the params'} is complex."
             )
     flat_l = jtu.tree_flatten_with_path(lower, is_leaf=lambda x: x is None)[0]
     flat_u = jtu.tree_leaves(upper, is_leaf=lambda x: x is None)
