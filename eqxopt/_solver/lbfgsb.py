@@ -164,7 +164,13 @@ def _cauchy(x, g, lower, upper, theta, w, mm):
         tstart[j] + jnp.where(fp[j] >= 0, 0, jnp.maximum(dt[j], 0)),
         jnp.max(jnp.where(finite_start, tstart, 0)),
     )
-    x_cauchy = x - jnp.minimum(t, t_star) * g
+    # A variable whose breakpoint the path reaches sits at its bound: the bound
+    # itself, selected (as SciPy's `cauchy` sets it), not `x - t g` computed, whose
+    # derivatives (through `t` and, at tied breakpoints, `t_star`) cancel only in
+    # exact arithmetic: with two tied breakpoints, reverse mode through the solve
+    # gave a nonzero derivative of a variable pinned at its bound.
+    reached = jnp.isfinite(t) & (t <= t_star)
+    x_cauchy = jnp.where(reached, jnp.where(g < 0, upper, lower), x - t_star * g)
     x_cauchy = jnp.clip(x_cauchy, lower, upper)
     return x_cauchy, w.T @ (x_cauchy - x), t, t_star
 
