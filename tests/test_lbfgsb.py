@@ -212,30 +212,45 @@ def test_derivative_with_active_bounds_matches_finite_differences(adjoint, getke
     assert np.isclose(grad @ direction, fd, rtol=1e-5, atol=1e-8)
 
 
-def test_reverse_mode_with_tied_breakpoints():
-    """In the first lane both variables reach their upper bound at the same point of
-    the projected gradient path (tied breakpoints), and stay there: the solution does
-    not move with `args`, and the loss moves as its partial derivative says. Through
-    the unrolled solve the pinned variables got derivatives of 0.0625 and -0.0625
-    (the Cauchy point was `x - min(t, t_star) g`, whose derivatives cancel only
-    without ties), and NaN under `vmap`."""
+def test_reverse_mode_at_tied_breakpoints_open_bounds_and_a_converged_lane():
+    """Reverse mode through the unrolled solve, one `vmap` over four lanes of
+    `(y - a)^2 + y^4` (per variable) with their own boxes:
+
+    0. both variables reach their upper bound at the same point of the projected
+       gradient path (tied breakpoints), and stay there: the solution does not move
+       with `args` (it got derivatives 0.0625 and -0.0625, and NaN under `vmap`: the
+       Cauchy point was `x - min(t, t_star) g`, whose derivatives cancel only without
+       ties);
+    1. one variable pinned at 0, one free;
+    2. no bound (both sides infinite): the derivative was NaN (the largest feasible
+       step, infinite, was divided by the step's scale);
+    3. no bound, and `y0` is already the minimum: the lane stops at once while the
+       others go on (its derivative was NaN: the norm of its zero step).
+    """
     fn = lambda y, a: jnp.sum((y - a) ** 2) + jnp.sum(y**4)
     c = jnp.array([1.0, 2.0])
 
-    def objective(a):  # loss(y*) + c . y*, and y*
-        sol = eqxopt.minimize(fn, eqxopt.LBFGSB(), jnp.zeros(2), a, bounds=(0.0, 0.5))
+    def objective(a, lower, upper):  # loss(y*) + c . y*, and y*
+        sol = eqxopt.minimize(
+            fn, eqxopt.LBFGSB(), jnp.zeros(2), a, bounds=(lower, upper), rtol=0.0
+        )
         return sol.loss + c @ sol.value, sol.value
 
-    lanes = jnp.array([[1.0, 1.0], [-3.0, 0.1]])
-    grad, y = jax.vmap(jax.grad(objective, has_aux=True))(lanes)
-    # Pinned at the bound, y* does not move: only d loss / da = 2 (a - y*) is left.
+    inf = jnp.inf
+    a = jnp.array([[1.0, 1.0], [-3.0, 0.1], [1.0, 0.5], [0.0, 0.0]])
+    lower = jnp.array([0.0, 0.0, -inf, -inf])
+    upper = jnp.array([0.5, 0.5, inf, inf])
+    grad, y = jax.vmap(jax.grad(objective, has_aux=True))(a, lower, upper)
+    assert bool(jnp.all(jnp.isfinite(grad)))
+    # Pinned at a bound, y* does not move: only d loss / da = 2 (a - y*) is left.
     assert np.array_equal(y[0], [0.5, 0.5])
-    assert np.allclose(grad[0], 2 * (lanes[0] - 0.5), rtol=1e-12)
-    # Second lane: y1 pinned at 0; y2 free, (1 + 6 y2^2) dy2/da2 = 1 at its minimum
-    # (to the accuracy of a derivative through finitely many steps: 1e-4 here).
-    assert y[1, 0] == 0.0 and grad[1, 0] == 2 * lanes[1, 0]
-    dy2 = 1 / (1 + 6 * y[1, 1] ** 2)
-    assert np.isclose(grad[1, 1], 2 * (lanes[1, 1] - y[1, 1]) + c[1] * dy2, rtol=1e-3)
+    assert np.allclose(grad[0], 2 * (a[0] - 0.5), rtol=1e-12)
+    assert y[1, 0] == 0.0 and grad[1, 0] == 2 * a[1, 0]
+    # A free variable: (1 + 6 y^2) dy/da = 1 at its minimum (to the accuracy of a
+    # derivative through finitely many steps: 1e-4 here).
+    free = 2 * (a - y) + c / (1 + 6 * y**2)
+    assert np.isclose(grad[1, 1], free[1, 1], rtol=1e-3)
+    assert np.allclose(grad[2], free[2], rtol=1e-3)
 
 
 def test_vmap_gives_each_lane_its_own_solution():

@@ -88,9 +88,16 @@ def _unflat(vector, like):
     return jtu.tree_unflatten(treedef, out)
 
 
-def _safe_div(a, b):
-    ok = b != 0
-    return jnp.where(ok, a / jnp.where(ok, b, 1), jnp.inf)
+def _room(x, d, lower, upper):
+    """Per variable, how far `x + t d` can go before its bound: `(upper - x) / d`
+    where `d > 0`, `(lower - x) / d` where `d < 0`, inf where `d = 0` or that bound is
+    infinite. The infinities are selected after the arithmetic, never fed into it:
+    reverse mode through the solve would multiply their infinite partials by zero
+    cotangents (NaN) wherever a side is open."""
+    bound = jnp.where(d > 0, upper, lower)
+    ok = (d != 0) & jnp.isfinite(bound)
+    ratio = (jnp.where(ok, bound, x) - x) / jnp.where(ok, d, 1)
+    return jnp.where(ok, ratio, jnp.inf)
 
 
 def _compact(s_mat, y_mat, rho, head, theta):
@@ -123,12 +130,7 @@ def _cauchy(x, g, lower, upper, theta, w, mm):
     `c = W^T (x_cauchy - x)`."""
     dtype = x.dtype
     inf = jnp.asarray(jnp.inf, dtype)
-    t = jnp.where(
-        g < 0,
-        _safe_div(x - upper, g),
-        jnp.where(g > 0, _safe_div(x - lower, g), inf),
-    )
-    t = jnp.where(jnp.isnan(t), inf, jnp.maximum(t, 0))
+    t = jnp.maximum(_room(x, -g, lower, upper), 0)  # the path is x - t g
     order = jnp.argsort(t)
     ts = t[order]
     gs = g[order]
@@ -144,8 +146,11 @@ def _cauchy(x, g, lower, upper, theta, w, mm):
     free_wg = jnp.concatenate(
         [jnp.cumsum(wg[::-1], axis=0)[::-1], jnp.zeros((1, w.shape[1]), dtype)]
     )
+    # (Only segments with a finite start use it, whose earlier breakpoints are
+    # finite: the infinite ones are zeroed, not multiplied, for reverse mode.)
+    finite_ts = jnp.where(jnp.isfinite(ts), ts, 0)
     hit_wgt = jnp.concatenate(
-        [jnp.zeros((1, w.shape[1]), dtype), jnp.cumsum(wg * ts[:, None], axis=0)]
+        [jnp.zeros((1, w.shape[1]), dtype), jnp.cumsum(wg * finite_ts[:, None], axis=0)]
     )
     finite_start = jnp.isfinite(starts)
     tstart = jnp.where(finite_start, starts, 0)
@@ -191,11 +196,7 @@ def _subspace(x, g, lower, upper, x_cauchy, c, free, theta, w, mm):
     projected = jnp.clip(x_cauchy + du, lower, upper)
     descent = jnp.sum((projected - x) * g) < 0
     # The 1995 truncation: the largest alpha <= 1 keeping x_cauchy + alpha du feasible.
-    room = jnp.where(
-        du > 0,
-        _safe_div(upper - x_cauchy, du),
-        jnp.where(du < 0, _safe_div(lower - x_cauchy, du), jnp.inf),
-    )
+    room = _room(x_cauchy, du, lower, upper)
     alpha = jnp.clip(jnp.min(jnp.where(free, room, jnp.inf), initial=1.0), 0, 1)
     truncated = jnp.clip(x_cauchy + alpha * du, lower, upper)
     return jnp.where(descent, projected, truncated)
@@ -203,11 +204,7 @@ def _subspace(x, g, lower, upper, x_cauchy, c, free, theta, w, mm):
 
 def _max_feasible_step(x, d, lower, upper):
     """The largest `t` with `lower <= x + t d <= upper` (inf when unbounded)."""
-    room = jnp.where(
-        d > 0,
-        _safe_div(upper - x, d),
-        jnp.where(d < 0, _safe_div(lower - x, d), jnp.inf),
-    )
+    room = _room(x, d, lower, upper)
     room = jnp.where(jnp.isnan(room), jnp.inf, jnp.maximum(room, 0))
     return jnp.min(room, initial=jnp.inf)
 
@@ -347,15 +344,18 @@ class LBFGSB(AbstractLineSearchOptimizer[LBFGSBState]):
         )
         # SciPy's first trial step: 1 / |d| on the first iteration (unless boxed),
         # else 1; the direction is scaled so that the search starts at t = 1.
-        norm = jnp.sqrt(jnp.sum(d * d))
-        safe_norm = jnp.where(norm > 0, norm, 1)
-        scale = jnp.where(
-            first & ~boxed & (norm > 0), jnp.minimum(1 / safe_norm, t_max), 1
-        )
+        # (|d| through a safe square root: at d = 0, as in a lane of a `vmap` that
+        # has converged, sqrt's infinite slope would give reverse mode 0 * inf.)
+        squared = jnp.sum(d * d)
+        moved = squared > 0
+        norm = jnp.sqrt(jnp.where(moved, squared, 1))
+        scale = jnp.where(first & ~boxed & moved, jnp.minimum(1 / norm, t_max), 1)
         scale = jnp.where(scale > 0, scale, 1)
         direction = _unflat(scale * d, params)
         direction = tree_map(lambda u: u.astype(dtype), direction)
-        max_step = t_max / scale
+        # (inf without a bound in the way: selected, not divided, for reverse mode.)
+        bounded = jnp.isfinite(t_max)
+        max_step = jnp.where(bounded, jnp.where(bounded, t_max, 1) / scale, jnp.inf)
 
         value_and_grad = eqx.filter_value_and_grad(value_fn)
 
