@@ -322,6 +322,9 @@ class AdamW(AbstractAdam):
 _ARGS = r"""- `learning_rate`: $\eta$; a number, an array, or a schedule.
 - `b1`, `b2`: decay rates $\beta_1, \beta_2$ of the moments, in `[0, 1)`.
 - `eps`, `eps_root`: $\epsilon$ outside and $\epsilon_{\rm root}$ inside the root.
+    Differentiating through updates (meta-gradients, `eqxopt.minimize`'s unrolled
+    adjoint) needs `eps_root > 0` (e.g. `1e-8`) where a gradient entry can be exactly
+    zero: the root's slope at 0 is infinite, and the derivative NaN (as Optax's).
 - `state_dtype`: dtype of both moment buffers (Optax's `mu_dtype`); default the
     param's. (Static.)
 """
