@@ -52,6 +52,14 @@ def _split(fn, has_aux):
                     "`(loss, aux)`."
                 )
             loss, aux = out
+            for path, leaf in jtu.tree_flatten_with_path(aux)[0]:
+                if not eqx.is_array_like(leaf):
+                    raise ValueError(
+                        "eqxopt.minimize: `aux` (the second element of `fn`'s output) "
+                        "is carried through the solve's loop, so it must be a PyTree "
+                        f"of arrays; `aux{jtu.keystr(path)}` is a "
+                        f"{type(leaf).__name__}."
+                    )
         else:
             loss, aux = out, None
         loss = jnp.asarray(loss)

@@ -224,6 +224,10 @@ def test_bad_arguments():
     unhashable = {"data": [jnp.ones(2), set()]}  # a set is a leaf, unhashable
     with pytest.raises(ValueError, match=r"`args\['data'\]\[1\]` .* cannot be hashed"):
         eqxopt.minimize(rosenbrock, eqxopt.LBFGS(), jnp.zeros(2), unhashable)
+    # `aux` is carried through the loop: a leaf that is no array is named.
+    named = lambda y, args: (jnp.sum(y**2), {"loss": jnp.sum(y**2), "name": "x"})
+    with pytest.raises(ValueError, match=r"`aux\['name'\]` is a str"):
+        eqxopt.minimize(named, eqxopt.LBFGS(), jnp.zeros(2), has_aux=True)
 
 
 def test_lbfgs_takes_optax_positional_order():
