@@ -321,10 +321,10 @@ def test_project_box_transform():
     "lower, upper, message",
     [
         (1.0, 0.0, r"lower > upper \(1.0 > 0.0\)"),
-        (jnp.nan, 1.0, "`lower` is NaN"),
-        (0.0, {"w": jnp.array([1.0, jnp.nan])}, r"`upper\['w'\]` is NaN"),
-        (0.0, 1j, "`upper` must be a real number"),
-        ("0", 1.0, "`lower` must be a real number"),
+        (jnp.nan, 1.0, "a NaN `lower` bound at the params"),
+        (0.0, {"w": jnp.array([1.0, jnp.nan])}, r"a NaN `upper` bound at \['w'\]"),
+        (0.0, 1j, "must be real, got a complex `upper` bound"),
+        ("0", 1.0, "must be real, got a <U1 `lower` bound"),
     ],
 )
 def test_project_box_checks_its_bounds_at_construction(lower, upper, message):

@@ -58,16 +58,39 @@ def _per_param(bounds, params, what: str, leaf_fn) -> list:
     return out
 
 
+def check_bound_values(bounds: tuple[Any, Any], *, what: str) -> None:
+    """The checks that need no params: every leaf of each side is real (a complex or
+    non-numeric bound raises) and, where concrete, not NaN (NaN compares false with
+    everything, so it would leave its side open). Each error names the side and the
+    leaf's path in it."""
+    for side, bound in zip(("lower", "upper"), bounds):
+        for path, b in jtu.tree_flatten_with_path(bound)[0]:
+            at = jtu.keystr(path) or "the params"
+            dtype = b.dtype if hasattr(b, "dtype") else np.asarray(b).dtype
+            if jnp.issubdtype(dtype, jnp.complexfloating):
+                kind = "complex"
+            elif not (jnp.issubdtype(dtype, jnp.number) or dtype == bool):
+                kind = str(dtype)
+            else:
+                kind = None
+            if kind is not None:
+                raise ValueError(
+                    f"`{what}`: box bounds must be real, got a {kind} `{side}` bound "
+                    f"at {at}."
+                )
+            if not isinstance(b, Tracer) and np.any(np.isnan(np.asarray(b))):
+                raise ValueError(
+                    f"`{what}`: a NaN `{side}` bound at {at} (an open side is None or "
+                    "+-inf)."
+                )
+
+
 def check_bounds(bounds: tuple[Any, Any], params: Params, *, what: str = "bounds"):
     """The checks of [`broadcast_bounds`][] (without building its arrays: NumPy views
     of the concrete bounds, no JAX operation, cheap enough for every eager call)."""
     if isinstance(bounds, (tuple, list)) and len(bounds) == 2:
-        for side, bound in zip(("lower", "upper"), bounds):
-            # Before the walk, which would report a complex bound as no prefix.
-            if any(jnp.iscomplexobj(b) for b in jtu.tree_leaves(bound)):
-                raise ValueError(
-                    f"`{what}`: box bounds must be real, got a complex `{side}` bound."
-                )
+        # Before the walk, which would report a complex bound as no prefix.
+        check_bound_values(bounds, what=what)
     lower, upper = _per_param(bounds, params, what, _view)
     for path, p in jtu.tree_flatten_with_path(params)[0]:
         if is_param(p) and jnp.iscomplexobj(p):
@@ -78,13 +101,6 @@ def check_bounds(bounds: tuple[Any, Any], params: Params, *, what: str = "bounds
     flat_l = jtu.tree_flatten_with_path(lower, is_leaf=lambda x: x is None)[0]
     flat_u = jtu.tree_leaves(upper, is_leaf=lambda x: x is None)
     for (path, lo), up in zip(flat_l, flat_u):
-        for side, bound in (("lower", lo), ("upper", up)):
-            if bound is not None and np.any(np.isnan(bound)):
-                raise ValueError(
-                    f"`{what}`: a NaN `{side}` bound at "
-                    f"{jtu.keystr(path) or 'the params'} (an open side is None or "
-                    "+-inf)."
-                )
         if lo is not None and up is not None and np.any(lo > up):
             raise ValueError(
                 f"`{what}`: lower > upper at {jtu.keystr(path) or 'the params'} (a box "
@@ -153,23 +169,8 @@ class ProjectBox(AbstractOptimizer[EmptyState]):
 
     def __check_init__(self):
         # What can be checked without the params (the rest is checked at `update`,
-        # where the bounds are broadcast over them): each concrete bound is real and
-        # not NaN, and two scalar bounds make a box.
-        for side, bound in (("lower", self.lower), ("upper", self.upper)):
-            for path, b in jtu.tree_flatten_with_path(bound)[0]:
-                if isinstance(b, Tracer):
-                    continue
-                where = f"`{side}{jtu.keystr(path)}`"
-                values = np.asarray(b)
-                if not np.issubdtype(values.dtype, np.number) or np.iscomplexobj(b):
-                    raise ValueError(
-                        f"`ProjectBox`: {where} must be a real number or array (or "
-                        f"None), got {values.dtype}."
-                    )
-                if np.any(np.isnan(values)):
-                    raise ValueError(
-                        f"`ProjectBox`: {where} is NaN (an open side is None or +-inf)."
-                    )
+        # where the bounds are broadcast over them).
+        check_bound_values((self.lower, self.upper), what="ProjectBox")
         lo, up = self.lower, self.upper
         scalars = all(
             eqx.is_array_like(b) and not isinstance(b, Tracer) and np.ndim(b) == 0
