@@ -12,7 +12,7 @@ layout, 63 float32 leaves: an embedding, per layer `qkv (3d, d)`, `out (d, d)`,
   rate: give a large `N` too, e.g. `--matmul-size 1024,8192`);
 - `Muon`, `NorMuon`: one step. Their floor is the Newton-Schulz FLOPs of the step
   over the matmul rate (see `newton_schulz_flops`: the count follows
-  `eqxopt._matrix.newton_schulz` exactly, matmuls only);
+  `eqxopt._matrix.linalg.newton_schulz` exactly, matmuls only);
 - `AdamW`: one step (memory-bound: the reference for the preconditioners);
 - `SOAP (regular)`, `SOAP (refresh)`: `SOAP(precondition_frequency=10)` steps with
   the state's count held at 11 (an Adam step) and at 10 (an Adam step plus the
@@ -60,7 +60,7 @@ import jax.numpy as jnp
 import optax
 
 import eqxopt
-from eqxopt._optimizers import muon as muon_module
+from eqxopt._matrix import muon as muon_module
 
 
 def newton_schulz_flops(shapes, ns_steps: int) -> int:
@@ -68,7 +68,7 @@ def newton_schulz_flops(shapes, ns_steps: int) -> int:
     `shapes`, counting matmuls only (2 FLOPs per multiply-add).
 
     `Muon` orthogonalizes each `(out, in)` leaf as an `(m, n)` matrix with `m <= n`
-    (`_orthogonalize` transposes tall ones), and `eqxopt._matrix.newton_schulz`
+    (`_orthogonalize` transposes tall ones), and `eqxopt._matrix.linalg.newton_schulz`
     runs, per row of the coefficients (`ns_steps` rows), on `X` of shape `(m, n)`:
 
         A = X @ X^H          (m, n) @ (n, m): 2 m^2 n
@@ -298,7 +298,7 @@ def decomposition_times(sizes, batch: int, repeats: int) -> None:
     """QR and `eigh` of `(n, n)` float32 matrices: one alone, and a stack of `batch`
     mapped by `jax.vmap` (a batched kernel) or by `lax.map` (a loop), in ms per
     matrix (medians of `repeats` calls, each blocked on). SOAP's refreshes map their
-    stacks by a loop on CPUs and GPUs (`eqxopt._matrix.batched_kernels`) on the
+    stacks by a loop on CPUs and GPUs (`eqxopt._matrix.linalg.batched_kernels`) on the
     strength of these figures."""
     qr = lambda x: jnp.linalg.qr(x)[0]
     eigh = lambda x: jnp.linalg.eigh(x)[1]

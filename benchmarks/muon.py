@@ -36,7 +36,7 @@ import jax.tree_util as jtu
 import optax
 
 import eqxopt
-from eqxopt._optimizers import muon as muon_module
+from eqxopt._matrix import muon as muon_module
 
 
 STANDARD = lambda: jax.numpy_dtype_promotion("standard")  # Optax is not strict-clean

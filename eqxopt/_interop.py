@@ -11,7 +11,7 @@ import equinox as eqx
 import jax
 from jaxtyping import PyTree
 
-from ._base import AbstractOptimizer
+from ._core.base import AbstractOptimizer
 from ._custom_types import Params, Updates
 from ._misc import (
     is_param,

@@ -15,7 +15,7 @@ from jaxtyping import Array, ArrayLike
 
 from ._checks import need_params
 from ._misc import full_like_leaf, per_dtype, resolve, scalar, tree_map
-from ._transform.weight_decay import decay_mask
+from ._transforms.weight_decay import decay_mask
 
 
 def is_zero(value) -> bool:

@@ -13,7 +13,7 @@ from jax.sharding import (
 )
 from jaxtyping import PyTree
 
-from ._base import AbstractOptimizer
+from ._core.base import AbstractOptimizer
 from ._custom_types import Params
 
 

@@ -14,7 +14,7 @@ import optax
 import pytest
 
 import eqxopt
-from eqxopt._base import describe
+from eqxopt._core.base import describe
 
 from .helpers import make_params, random_like
 

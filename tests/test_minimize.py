@@ -26,7 +26,7 @@ def _loops_built(monkeypatch):
         built.append(kwargs["kind"])
         return checkpointed(*args, **kwargs)
 
-    monkeypatch.setattr("eqxopt._loop.eqxi.while_loop", recording)
+    monkeypatch.setattr("eqxopt._minimize.loop.eqxi.while_loop", recording)
     return built
 
 
@@ -248,7 +248,7 @@ def test_result_prints_its_name_and_message():
         rosenbrock, eqxopt.LBFGS(), jnp.zeros(2), max_steps=2, throw=False
     )
     assert repr(sol.result).startswith("RESULTS.max_steps_reached")
-    assert "eqxopt._solution" not in repr(sol)
+    assert "eqxopt._minimize.solution" not in repr(sol)
 
 
 @pytest.mark.parametrize(
@@ -418,7 +418,7 @@ def test_optimizers_that_evaluate_the_loss_themselves_get_it_from_minimize(make)
 
 
 def test_line_search_shares_its_evaluation_through_a_typed_hook():
-    from eqxopt._linesearch import AbstractLineSearchOptimizer, Evaluation
+    from eqxopt._minimize.linesearch import AbstractLineSearchOptimizer, Evaluation
 
     opt = eqxopt.LBFGS()
     assert isinstance(opt, AbstractLineSearchOptimizer)
@@ -438,7 +438,7 @@ def test_line_search_shares_its_evaluation_through_a_typed_hook():
     assert np.allclose(ev.grad, jax.grad(fn)(new_y), rtol=1e-13, atol=0)
     assert eqxopt.LBFGS(linesearch=None).last_evaluation(state) is None
     assert isinstance(eqxopt.ZoomState.__mro__[1], type)
-    from eqxopt._linesearch import AbstractLineSearchState
+    from eqxopt._minimize.linesearch import AbstractLineSearchState
 
     assert issubclass(eqxopt.ZoomState, AbstractLineSearchState)
     assert issubclass(eqxopt.BacktrackingState, AbstractLineSearchState)
@@ -484,7 +484,7 @@ def test_solve_compile_options_are_understood_by_this_xla():
     # option this XLA does not know is refused or, for a pass to disable, silently
     # ignored: the tree-reduction rewrite must exist (it splits a sum over 100
     # elements into windows of 32) and the solve's options must switch it off.
-    from eqxopt._minimize import _CPU_OPTIONS
+    from eqxopt._minimize.minimize import _CPU_OPTIONS
 
     if not _CPU_OPTIONS:
         pytest.skip("this jax version compiles the solve with XLA's defaults")

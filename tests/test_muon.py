@@ -14,8 +14,8 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import eqxopt
+from eqxopt._matrix import muon as muon_module
 from eqxopt._misc import is_none
-from eqxopt._optimizers import muon as muon_module
 
 from .helpers import random_like, tree_allclose
 

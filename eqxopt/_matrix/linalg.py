@@ -1,0 +1,883 @@
+r"""The matrix toolbox shared by the matrix-preconditioned optimizers (SOAP, Shampoo,
+Kron, Muon, NorMuon): which axes of a leaf are preconditioned, eigenbases, inverse p-th
+roots, and a refresh-every-k switch.
+
+Every function here is pure and jit/vmap-safe; none creates host-side state. The
+function names are stable (other optimizer modules import them):
+
+- [`MatrixView`][], [`matrix_view`][], [`merge_dims`][], [`BlockPartition`][]: how a
+  param leaf is seen as a tensor whose axes are preconditioned (or not);
+- [`project`][], [`project_back`][]: rotate a tensor axis by axis into (out of) a list
+  of bases, `None` meaning "leave this axis alone";
+- [`gram`][]: the statistic $G_{(k)} G_{(k)}^\top$ of one axis;
+- [`eigh_basis`][]: eigenvectors by `eigh`, descending (SOAP's `get_orthogonal_matrix`);
+- [`qr_power_basis`][]: one power iteration and a QR (SOAP's
+  `get_orthogonal_matrix_QR`);
+- [`power_iteration`][], [`matrix_inverse_pth_root`][]: distributed Shampoo's coupled
+  Newton iteration for $(A + \epsilon I)^{-1/p}$;
+- [`eigh_inverse_pth_root`][]: the same root through `eigh`;
+- [`every_k`][]: `lax.cond(count % k == 0, refresh, keep, ...)`;
+- [`newton_schulz`][]: Muon's quintic Newton-Schulz orthogonalization;
+- [`find_spread`][], [`spread_map`][], [`map_stack`][]: the per-matrix work of
+    different leaves, stacked by shape (one copy per shape in the compiled program;
+    `vmap`-ed on accelerators, a `lax.map` loop on CPU) and split over the devices
+    of the params' mesh (the `spread` option of SOAP, Shampoo, Kron, Muon and
+    NorMuon);
+- [`explicit_sharding`][], [`gathered`][], [`take`][]: what ops whose output sharding
+    cannot be inferred need on `Explicit` mesh axes.
+"""
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, ArrayLike
+
+from .._checks import concrete_scalar
+from .._misc import compute_dtype
+
+
+def check_dimension_numbers(numbers) -> None:
+    """Validate and normalise the `reduction_axis` / `output_axis` fields of a frozen
+    dimension-numbers dataclass (Muon's, GaLore's): each is an int or a non-empty
+    sequence of ints, stored as an int or a tuple."""
+    for name in ("reduction_axis", "output_axis"):
+        value = getattr(numbers, name)
+        axes = (value,) if isinstance(value, int) else tuple(value)
+        if not axes or not all(
+            isinstance(a, int) and not isinstance(a, bool) for a in axes
+        ):
+            raise ValueError(
+                f"`{type(numbers).__name__}({name}=...)` must be an int or a non-empty "
+                f"sequence of ints, got {value!r}."
+            )
+        object.__setattr__(numbers, name, value if isinstance(value, int) else axes)
+
+
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+# --- which axes are preconditioned --------------------------------------------------
+
+
+def merge_dims(shape: Sequence[int], max_dim: int) -> tuple[int, ...]:
+    """Merge neighbouring axes while their product stays `<= max_dim`.
+
+    `(1, 2, 512, 1, 2048, 1, 3, 4) -> (1024, 2048, 12)` for `max_dim=1024`. This is
+    distributed Shampoo's `merge_small_dims` and, for rank >= 1, SOAP's `merge_dims`
+    (the two agree there); all-ones shapes give `(1,)`, a scalar `()`, a shape with no
+    elements `(0,)`.
+    """
+    shape = tuple(int(d) for d in shape)
+    if shape and all(d == 1 for d in shape):
+        return (1,)
+    if 0 in shape:
+        return (0,)
+    out: list[int] = []
+    product = 1
+    for d in shape:
+        if product * d <= max_dim:
+            product *= d
+        else:
+            if product > 1:
+                out.append(product)
+            product = d
+    if product > 1:
+        out.append(product)
+    return tuple(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class MatrixView:
+    """How one param leaf is seen by a matrix preconditioner.
+
+    The leaf (shape `shape`) is transposed by `perm`, then reshaped to `view_shape`;
+    axis `i` of the view gets a preconditioner iff `preconditioned[i]`. Muon's
+    `(batch, out, in)` stacks are the view `preconditioned=(False, True, True)` (see
+    [`matrix_view`][]'s `dimension_numbers`); SOAP's and Shampoo's are the (merged)
+    axes whose size is at most their limit.
+
+    Static (hashable, no arrays): build it at trace time from the leaf's shape.
+    """
+
+    shape: tuple[int, ...]
+    view_shape: tuple[int, ...]
+    preconditioned: tuple[bool, ...]
+    perm: tuple[int, ...] | None = None
+
+    @property
+    def any(self) -> bool:
+        """Whether any axis is preconditioned."""
+        return any(self.preconditioned)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """The sizes of the preconditioned axes, in order (one factor matrix each)."""
+        return tuple(d for d, p in zip(self.view_shape, self.preconditioned) if p)
+
+    def to_view(self, x: Array) -> Array:
+        """`x` (of `shape`) as the view."""
+        if self.perm is not None:
+            x = jnp.transpose(x, self.perm)
+        return x.reshape(self.view_shape)
+
+    def from_view(self, x: Array) -> Array:
+        """The inverse of [`MatrixView.to_view`][]."""
+        if self.perm is None:
+            return x.reshape(self.shape)
+        x = x.reshape(tuple(self.shape[a] for a in self.perm))
+        return jnp.transpose(x, tuple(int(a) for a in np.argsort(self.perm)))
+
+
+def matrix_view(
+    shape: Sequence[int],
+    *,
+    max_dim: int | None = None,
+    merge: int | None = None,
+    precondition_1d: bool = True,
+    min_rank: int = 1,
+    dimension_numbers: tuple[int | tuple[int, ...], int | tuple[int, ...]]
+    | None = None,
+) -> MatrixView:
+    """Decide which axes of a leaf of `shape` are preconditioned.
+
+    **Arguments:**
+
+    - `max_dim`: axes longer than this are not preconditioned (SOAP's
+        `max_precond_dim`); `None` for no limit.
+    - `merge`: if given, neighbouring axes are first merged by [`merge_dims`][] with
+        this limit (SOAP's `merge_dims=True` uses `max_precond_dim`; Shampoo's
+        `best_effort_shape_interpretation` uses `merge_small_dims_block_size`).
+    - `precondition_1d`: whether a rank-1 leaf is preconditioned (SOAP's
+        `precondition_1d`).
+    - `min_rank`: leaves of lower rank are not preconditioned at all.
+    - `dimension_numbers`: `(reduction_axis, output_axis)` as in
+        `eqxopt.MuonDimensionNumbers`: the view is Muon's `(batch, out, in)` stack,
+        with the batch axis not preconditioned.
+
+    Without `dimension_numbers`, a leaf with no elements has no preconditioned axis
+    (its statistics are empty: there is nothing to learn a preconditioner from).
+    """
+    shape = tuple(int(d) for d in shape)
+    if dimension_numbers is not None:
+        ndim = len(shape)
+        red, out = ((a,) if isinstance(a, int) else tuple(a) for a in dimension_numbers)
+        red = tuple(a % ndim for a in red)
+        out = tuple(a % ndim for a in out)
+        batch = tuple(a for a in range(ndim) if a not in red and a not in out)
+        perm = batch + out + red
+        size = lambda axes: math.prod(shape[a] for a in axes)
+        return MatrixView(
+            shape,
+            (size(batch), size(out), size(red)),
+            (False, True, True),
+            None if perm == tuple(range(ndim)) else perm,
+        )
+    view = shape
+    if merge is not None and len(shape) > 1:
+        view = merge_dims(shape, merge)
+    if (
+        len(shape) < min_rank
+        or (len(shape) == 1 and not precondition_1d)
+        or math.prod(shape) == 0
+    ):
+        flags = (False,) * len(view)
+    else:
+        flags = tuple(max_dim is None or d <= max_dim for d in view)
+    return MatrixView(shape, view, flags)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockPartition:
+    """Split every axis longer than `block_size` into blocks of `block_size` (the last
+    one shorter), as distributed Shampoo's `BlockPartitioner`; blocks are listed with
+    the last axis varying fastest."""
+
+    shape: tuple[int, ...]
+    block_size: int
+
+    @property
+    def splits(self) -> tuple[tuple[int, ...], ...]:
+        """Per axis, the sizes of its blocks."""
+        out = []
+        for d in self.shape:
+            if 0 < self.block_size < d:
+                n, r = divmod(d, self.block_size)
+                out.append((self.block_size,) * n + ((r,) if r else ()))
+            else:
+                out.append((d,))
+        return tuple(out)
+
+    @property
+    def block_shapes(self) -> list[tuple[int, ...]]:
+        import itertools
+
+        return list(itertools.product(*self.splits))
+
+    def partition(self, x: Array) -> list[Array]:
+        blocks = [x]
+        for axis, sizes in enumerate(self.splits):
+            if len(sizes) == 1:
+                continue
+            cuts = list(np.cumsum(sizes)[:-1])
+            blocks = [b for t in blocks for b in jnp.split(t, cuts, axis=axis)]
+        return blocks
+
+    def merge(self, blocks: Sequence[Array]) -> Array:
+        blocks = list(blocks)
+        for axis in reversed(range(len(self.shape))):
+            n = len(self.splits[axis])
+            if n == 1:
+                continue
+            blocks = [
+                jnp.concatenate(blocks[i : i + n], axis=axis)
+                for i in range(0, len(blocks), n)
+            ]
+        (out,) = blocks
+        return out
+
+
+# --- rotations and statistics --------------------------------------------------------
+
+
+def project(x: Array, bases: Sequence[Array | None]) -> Array:
+    r"""Rotate each axis `k` of `x` into the basis `bases[k]`: $x \times_k Q_k^\top$
+    (for a matrix, $Q_L^\top X Q_R$). A `None` basis leaves its axis alone. SOAP's
+    `project`."""
+    for k, q in enumerate(bases):
+        if q is not None:
+            x = jnp.moveaxis(
+                jnp.tensordot(
+                    x, q.astype(x.dtype), axes=((k,), (0,)), precision=HIGHEST
+                ),
+                -1,
+                k,
+            )
+    return x
+
+
+def project_back(x: Array, bases: Sequence[Array | None]) -> Array:
+    r"""The inverse rotation of [`project`][] for orthogonal bases: $x \times_k Q_k$
+    (for a matrix, $Q_L X Q_R^\top$). SOAP's `project_back`."""
+    for k, q in enumerate(bases):
+        if q is not None:
+            x = jnp.moveaxis(
+                jnp.tensordot(
+                    x, q.astype(x.dtype), axes=((k,), (1,)), precision=HIGHEST
+                ),
+                -1,
+                k,
+            )
+    return x
+
+
+def gram(x: Array, axis: int) -> Array:
+    r"""$X_{(k)} X_{(k)}^\top$: `x` contracted with itself over every axis but `axis`
+    (`(n, n)` for `n = x.shape[axis]`). Replicated over the mesh when `x` is sharded
+    over `Explicit` mesh axes (as the factor matrices `init` builds are)."""
+    axes = tuple(a for a in range(x.ndim) if a != axis)
+    sharding = explicit_sharding(x)
+    if sharding is not None:
+        return jax.lax.dot_general(
+            x,
+            x,
+            ((axes, axes), ((), ())),
+            precision=HIGHEST,
+            out_sharding=jax.sharding.NamedSharding(
+                sharding.mesh, jax.sharding.PartitionSpec()
+            ),
+        )
+    return jnp.tensordot(x, x, axes=(axes, axes), precision=HIGHEST)
+
+
+def explicit_sharding(x: Any) -> Any:
+    """`x`'s sharding if `x` is a traced array sharded over `Explicit` mesh axes
+    (sharding in types), else `None`. With `Auto` axes the types carry no sharding
+    and GSPMD places every op itself; with `Explicit` axes an op whose output
+    sharding cannot be inferred (a gather along a sharded axis, a `where` of
+    differently sharded operands) must be given one: the callers pass this one
+    back (`x.at[...].get(out_sharding=...)`, `jax.sharding.reshard`)."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    if spec is None or all(s is None for s in spec):
+        return None
+    mesh = getattr(sharding, "mesh")
+    if not any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return None
+    return sharding
+
+
+def gathered(x: Array) -> Array:
+    """`x` replicated over its mesh if it is sharded over `Explicit` mesh axes (see
+    [`explicit_sharding`][]), else `x` unchanged (with `Auto` axes GSPMD decides)."""
+    sharding = explicit_sharding(x)
+    if sharding is None:
+        return x
+    whole = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    return jax.sharding.reshard(x, whole)
+
+
+def take(x: Array, indices: Array, axis: int) -> Array:
+    """`jnp.take(x, indices, axis=axis)` for a permutation `indices`, keeping `x`'s
+    sharding when it is sharded over `Explicit` mesh axes (where a gather along a
+    sharded axis needs an output sharding)."""
+    sharding = explicit_sharding(x)
+    if sharding is None:
+        return jnp.take(x, indices, axis=axis)
+    index = (slice(None),) * axis + (indices,)
+    return x.at[index].get(out_sharding=sharding)
+
+
+# --- eigenbases -----------------------------------------------------------------------
+
+
+def eigh_basis(matrix: Array) -> Array:
+    r"""The eigenvectors of the symmetric `matrix`, as columns ordered by descending
+    eigenvalue: SOAP's `get_orthogonal_matrix` (`eigh(M + 1e-30 I)`, flipped). Computed
+    in at least float32, returned in `matrix`'s dtype."""
+    dtype = compute_dtype(matrix.dtype)
+    m = matrix.astype(dtype)
+    m = m + jnp.asarray(1e-30, dtype) * jnp.eye(m.shape[0], dtype=dtype)
+    _, q = jnp.linalg.eigh(m)
+    return jnp.flip(q, axis=1).astype(matrix.dtype)
+
+
+def qr_power_basis(matrix: Array, basis: Array) -> tuple[Array, Array]:
+    r"""Refresh an eigenbasis by one power iteration and a QR: SOAP's
+    `get_orthogonal_matrix_QR`.
+
+    With $\lambda = \operatorname{diag}(Q^\top M Q)$ and `order` the permutation that
+    sorts $\lambda$ descending, the new basis is
+    $\operatorname{qr}(M\,Q_{:,\rm order})$. Returns `(new_basis, order)`; the
+    caller permutes whatever is indexed by the old basis' columns (SOAP's second
+    moment) by `order`.
+    """
+    dtype = compute_dtype(matrix.dtype)
+    m, q = matrix.astype(dtype), basis.astype(dtype)
+    est = jnp.einsum("ij,ik,kj->j", q, m, q, precision=HIGHEST)
+    order = jnp.argsort(-est, stable=True)
+    power = jnp.matmul(m, q[:, order], precision=HIGHEST)
+    new, _ = jnp.linalg.qr(power)
+    return new.astype(basis.dtype), order
+
+
+# --- inverse p-th roots -------------------------------------------------------------
+
+
+def power_iteration(
+    matrix: Array,
+    num_iters: int = 100,
+    error_tolerance: float = 1e-6,
+) -> tuple[Array, Array]:
+    """The top eigenpair `(v, lambda)` of a symmetric PSD `matrix` by power iteration,
+    as distributed Shampoo's (the same fixed start vector, from
+    `np.random.RandomState(1729)`, so no PRNG state; stops when the Rayleigh quotient
+    moves by at most `error_tolerance`)."""
+    n = matrix.shape[-1]
+    v0 = jnp.asarray(
+        np.random.RandomState(1729).uniform(-1.0, 1.0, n).astype(matrix.dtype)
+    )
+
+    def cond(state):
+        i, _, _, run = state
+        return (i < num_iters) & run
+
+    def body(state):
+        i, v, s, _ = state
+        v = v / jnp.linalg.norm(v)
+        sv = jnp.matmul(matrix, v, precision=HIGHEST)
+        s_new = jnp.vdot(v, sv, precision=HIGHEST)
+        return i + 1, sv, s_new, jnp.abs(s_new - s) > error_tolerance
+
+    init = (jnp.zeros((), jnp.int32), v0, jnp.zeros((), matrix.dtype), jnp.array(True))
+    _, v, s, _ = jax.lax.while_loop(cond, body, init)
+    return v / jnp.linalg.norm(v), s
+
+
+def _mat_power(m: Array, p: int) -> Array:
+    """`m**p` by repeated squaring (the order of distributed Shampoo's `mat_power`)."""
+    result = jnp.eye(m.shape[0], dtype=m.dtype)
+    while p > 0:
+        if p % 2 == 1:
+            result = jnp.matmul(m, result, precision=HIGHEST)
+        p //= 2
+        if p > 0:
+            m = jnp.matmul(m, m, precision=HIGHEST)
+    return result
+
+
+def matrix_inverse_pth_root(
+    matrix: Array,
+    p: int,
+    num_iters: int = 100,
+    ridge_epsilon: ArrayLike = 1e-6,
+    error_tolerance: float = 1e-6,
+    relative_matrix_epsilon: bool = True,
+) -> tuple[Array, Array]:
+    r"""$(A + \epsilon I)^{-1/p}$ for a symmetric PSD $A$ by the coupled Newton
+    iteration (Higham, *Functions of Matrices*, eq. 7.18), as distributed Shampoo's
+    `matrix_inverse_pth_root` (without its LOBPCG deflation and padding).
+
+    $\epsilon$ is `ridge_epsilon`, times $\max(\lambda_{\max}(A), 10^{-6})$ (by
+    [`power_iteration`][]) when `relative_matrix_epsilon`. With $z = (1+p) /
+    (2\|A + \epsilon I\|_F)$, $M_0 = z(A + \epsilon I)$, $H_0 = z^{1/p} I$:
+
+    $$T_i = (1 + 1/p)\,I - M_i/p,\qquad M_{i+1} = T_i^p M_i,\qquad H_{i+1} = H_i T_i$$
+
+    until $\max|M_i - I| \le$ `error_tolerance`, `num_iters`, or the error grows by a
+    factor 1.2 (then the previous $H$ is returned). Runs in `matrix`'s dtype (pass
+    float64 for the reference's precision). `p` is a static Python int.
+
+    Returns `(root, error)`, `error` being $\max|M - I|$ at the end (float32); callers
+    keep their previous root when it is NaN or too large (Shampoo's
+    `inverse_failure_threshold`).
+    """
+    n = matrix.shape[0]
+    dtype = matrix.dtype
+    alpha = jnp.asarray(-1.0 / p, dtype)
+    identity = jnp.eye(n, dtype=dtype)
+    if relative_matrix_epsilon:
+        _, max_ev = power_iteration(matrix)
+    else:
+        max_ev = jnp.ones((), dtype)
+    ridge = jnp.asarray(ridge_epsilon, dtype) * jnp.maximum(
+        max_ev, jnp.asarray(1e-6, dtype)
+    )
+    if n == 1:
+        return (matrix + ridge) ** alpha, jnp.zeros((), jnp.float32)
+    max_error_ratio = 1.2
+
+    def cond(state):
+        i, _, _, _, error, ratio = state
+        return (i < num_iters) & (error > error_tolerance) & (ratio < max_error_ratio)
+
+    def body(state):
+        i, mat_m, mat_h, _, error, _ = state
+        mat_m_i = (1 - alpha) * identity + alpha * mat_m
+        new_m = jnp.matmul(_mat_power(mat_m_i, p), mat_m, precision=HIGHEST)
+        new_h = jnp.matmul(mat_h, mat_m_i, precision=HIGHEST)
+        new_error = jnp.max(jnp.abs(new_m - identity))
+        return i + 1, new_m, new_h, mat_h, new_error, new_error / error
+
+    damped = matrix + ridge * identity
+    z = (1 + p) / (2 * jnp.linalg.norm(damped))
+    m0 = damped * z
+    h0 = identity * z ** (1.0 / p)
+    error0 = jnp.max(jnp.abs(m0 - identity))
+    init = (jnp.zeros((), jnp.int32), m0, h0, h0, error0, jnp.ones((), dtype))
+    _, mat_m, mat_h, old_h, _, ratio = jax.lax.while_loop(cond, body, init)
+    error = jnp.max(jnp.abs(mat_m - identity)).astype(jnp.float32)
+    root = jnp.where(ratio < max_error_ratio, mat_h, old_h)
+    return root, error
+
+
+def eigh_inverse_pth_root(
+    matrix: Array,
+    p: float,
+    ridge_epsilon: ArrayLike = 1e-6,
+    relative_matrix_epsilon: bool = True,
+) -> Array:
+    r"""$(A + \epsilon I)^{-1/p}$ through `eigh`: $U \operatorname{diag}((\lambda_i +
+    \epsilon)^{-1/p}) U^\top$, eigenvalues clipped at 0, with $\epsilon$ as in
+    [`matrix_inverse_pth_root`][] (relative to $\lambda_{\max}$). Slower on
+    accelerators than the Newton iteration, but exact and good for any real `p`."""
+    dtype = compute_dtype(matrix.dtype)
+    lam, u = jnp.linalg.eigh(matrix.astype(dtype))
+    lam = jnp.maximum(lam, 0)
+    eps = jnp.asarray(ridge_epsilon, dtype)
+    if relative_matrix_epsilon:
+        eps = eps * jnp.maximum(lam[-1], jnp.asarray(1e-6, dtype))
+    root = (u * (lam + eps) ** jnp.asarray(-1.0 / p, dtype)) @ u.T
+    return root.astype(matrix.dtype)
+
+
+# --- refresh every k steps ------------------------------------------------------------
+
+
+def check_every_k(opt, name: str) -> None:
+    """Check a refresh period (`every_k`'s `k`) at construction: an integer >= 1, or a
+    scalar integer array (>= 1 when concrete); a tracer passes. Raises a `ValueError`
+    naming the field."""
+    value = getattr(opt, name)
+    dtype = getattr(value, "dtype", None)
+    integer = (
+        isinstance(value, int)
+        if dtype is None
+        else jnp.issubdtype(dtype, jnp.integer) and getattr(value, "shape", ()) == ()
+    )
+    if isinstance(value, bool) or not integer:
+        raise ValueError(
+            f"`{type(opt).__name__}({name}=...)` must be an integer >= 1 (or a scalar "
+            f"integer array), got {value!r}."
+        )
+    concrete = concrete_scalar(opt, name, value)
+    if concrete is not None and concrete < 1:
+        raise ValueError(
+            f"`{type(opt).__name__}({name}=...)` must be >= 1, got {value!r}."
+        )
+
+
+def every_k(
+    count: Array, k: ArrayLike, refresh: Callable, keep: Callable, *operands: Any
+):
+    """`lax.cond(count % k == 0, refresh, keep, *operands)`.
+
+    `count` is the int32 step counter from the state and `k` a Python int or an
+    (integer) array, so stepping never recompiles, nor does changing `k` when it is
+    an array. `refresh` and `keep` must return the same types (API.md rule 5).
+    """
+    k = jnp.asarray(k, jnp.int32)
+    return jax.lax.cond(count % k == 0, refresh, keep, *operands)
+
+
+# --- orthogonalization ----------------------------------------------------------------
+
+
+def newton_schulz(
+    x: Array, coeffs: Array, eps: ArrayLike, ns_dtype: Any = None
+) -> Array:
+    r"""Orthogonalize each matrix of `x`, shape `(batch, m, n)` with `m <= n` (Muon's
+    and NorMuon's Newton-Schulz iteration).
+
+    $X \leftarrow X / (\|X\|_F + \epsilon)$, then for each row $(a, b, c)$ of
+    `coeffs` (shape `(steps, 3)`): $A = X X^H$, $X \leftarrow a X + (b A + c A^2) X$.
+    Runs in `ns_dtype` (default `x`'s dtype) and returns `x`'s dtype.
+    """
+    dtype = x.dtype
+    sq = jnp.real(x * jnp.conj(x)) if jnp.iscomplexobj(x) else x * x
+    norm = jnp.sqrt(jnp.sum(sq, axis=(-2, -1), keepdims=True))
+    x = x / (norm + jnp.asarray(eps, norm.dtype)).astype(dtype)
+    ns = dtype if ns_dtype is None else jnp.dtype(ns_dtype)
+    x = x.astype(ns)
+    coeffs = coeffs.astype(ns)
+
+    def iteration(x, abc):
+        a = x @ jnp.conj(jnp.swapaxes(x, -1, -2))
+        poly = abc[1] * a + abc[2] * (a @ a)
+        return abc[0] * x + poly @ x, None
+
+    x, _ = jax.lax.scan(iteration, x, coeffs)
+    return x.astype(dtype)
+
+
+# --- spreading per-matrix work over a mesh ------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """Where [`spread_map`][] puts its stacks: the mesh (abstract, from the params'
+    types) and the mesh axes whose devices share the stacked matrices."""
+
+    mesh: Any
+    axes: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        """The number of devices a stack is split over."""
+        return math.prod(int(self.mesh.shape[a]) for a in self.axes)
+
+
+def _to_axes(value):
+    """A list of mesh axis names becomes a tuple (static fields must be hashable)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def spread_field() -> Any:
+    """The `spread` field of the matrix optimizers (static, default `True`)."""
+    return eqx.field(default=True, static=True, converter=_to_axes)
+
+
+def check_spread(opt, name: str = "spread") -> None:
+    """Check a `spread` option at construction: a bool, a mesh axis name, or a tuple
+    of distinct names. Raises a `ValueError` naming the field."""
+    value = getattr(opt, name)
+    if isinstance(value, bool):
+        return
+    names = (value,) if isinstance(value, str) else value
+    if (
+        not isinstance(names, tuple)
+        or not names
+        or not all(isinstance(a, str) for a in names)
+        or len(set(names)) != len(names)
+    ):
+        raise ValueError(
+            f"`{type(opt).__name__}({name}=...)` must be True, False, a mesh axis "
+            f"name or a tuple of distinct mesh axis names, got {value!r}."
+        )
+
+
+def mesh_of(leaves: Sequence[Any]) -> Any:
+    """The (abstract) mesh of the traced `leaves`: the one in their types
+    (`jax.typeof(x).sharding.mesh`, present under `jit` whenever they are on a mesh,
+    with `Auto` or `Explicit` axes), else the context mesh (`jax.set_mesh`); `None`
+    outside a trace or without a mesh."""
+    traced = [x for x in leaves if isinstance(x, jax.core.Tracer)]  # pyright: ignore
+    if not traced:
+        return None
+    for x in traced:
+        candidate = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
+        if candidate is not None and candidate.axis_names:
+            return candidate
+    candidate = jax.sharding.get_abstract_mesh()
+    return candidate if candidate.axis_names else None
+
+
+def replicate(tree: Any, mesh: Any) -> Any:
+    """Every array of `tree` replicated over the non-manual axes of `mesh` (from
+    [`mesh_of`][]; `None` leaves `tree` alone): the sharding
+    `eqxopt.state_shardings` predicts for factor matrices, which `init` builds
+    unsharded. Under `jit` with `Auto` axes XLA would otherwise choose the outputs'
+    shardings itself."""
+    if mesh is None:
+        return tree
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
+    if all(t == jax.sharding.AxisType.Manual for t in types.values()):
+        return tree
+    whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    explicit = any(t == jax.sharding.AxisType.Explicit for t in types.values())
+
+    def one(x):
+        if not isinstance(x, jax.Array):
+            return x
+        if explicit:
+            spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+            if spec is None or all(a is None for a in spec):
+                return x
+            return jax.sharding.reshard(x, whole)
+        return jax.lax.with_sharding_constraint(x, whole)
+
+    return jax.tree.map(one, tree)
+
+
+def find_spread(
+    option: bool | str | tuple[str, ...], leaves: Sequence[Any], who: str
+) -> Spread | None:
+    """The [`Spread`][] an optimizer with `spread=option` uses for traced `leaves` (its
+    grads/params), or `None` for "compute every matrix on every device".
+
+    The mesh is the one in the leaves' types (`jax.typeof(x).sharding.mesh`, present
+    under `jit` whenever the params are on a mesh, with `Auto` or `Explicit` axes),
+    else the context mesh (`jax.set_mesh`). `option=True` uses every mesh axis that
+    is not `Manual` (inside `shard_map` each device already has its own matrices);
+    a name or tuple of names uses those axes. Nothing is spread outside a trace (eager
+    op-by-op execution), over a mesh of one device, or with `option=False`.
+    """
+    if option is False:
+        return None
+    mesh = mesh_of(leaves)
+    if mesh is None:
+        return None
+    manual = {
+        a
+        for a, t in zip(mesh.axis_names, mesh.axis_types)
+        if t == jax.sharding.AxisType.Manual
+    }
+    if option is True:
+        axes = tuple(a for a in mesh.axis_names if a not in manual)
+    else:
+        axes = (option,) if isinstance(option, str) else tuple(option)
+        for a in axes:
+            if a not in mesh.axis_names or a in manual:
+                raise ValueError(
+                    f"`{who}(spread={option!r})`: {a!r} is not a non-manual axis of "
+                    f"the params' mesh, whose axes are {mesh.axis_names}."
+                )
+    axes = tuple(a for a in axes if int(mesh.shape[a]) > 1)
+    return Spread(mesh, axes) if axes else None
+
+
+def spread_map(
+    fn: Callable,
+    tasks: Sequence[tuple[Any, tuple[Array, ...]]],
+    spread: Spread | None,
+    *,
+    shared: Any = (),
+    batched: bool = False,
+    group: bool = False,
+    decomposition: bool = False,
+) -> list:
+    """`[fn(static, shared, *operands) for static, operands in tasks]`, with the work
+    of same-shape tasks stacked (one copy of `fn` per shape in the compiled program)
+    and, with a `spread`, split over the devices of `spread`'s mesh axes.
+
+    Tasks with the same `static` (hashable) and the same operand shapes and dtypes
+    form a group. Each group of two or more tasks has its operands stacked along a
+    new leading axis and `fn` mapped over the stack (see [`map_stack`][]: `jax.vmap`
+    on accelerators, a `lax.map` loop on CPU), so the compiled program holds one copy
+    of `fn` per group instead of one per task (a model's many same-shape matrices
+    compile once). With a `spread`, every group's stack is padded (with copies of its
+    first task) to a multiple of the number of devices and split over `spread.axes`,
+    and under `jax.shard_map` each device maps `fn` over its own share of the tasks:
+    no collective between the split and the results, so a data-dependent loop in
+    `fn` stops on each device's own matrices. The results are then replicated
+    (all-gathered) and unstacked, so each task's results are what `fn` gives it alone
+    (up to the reassociation a batched kernel may do on accelerators).
+
+    `shared` (a PyTree, e.g. hyperparameters) is passed to every call unbatched
+    (replicated). `fn` must take every traced array it uses from its arguments, never
+    from a closure: inside the `shard_map` a closed-over array of the outer trace
+    would be every device's whole array, not its share.
+
+    `batched=True` says that each operand already has a leading batch axis (of any
+    size per task) and that `fn` maps over it itself (Muon's `(batch, m, n)`
+    stacks): groups are concatenated along that axis instead of stacked, and `fn` is
+    called on the concatenation. Without a `spread`, `batched=True` tasks are computed
+    alone, or, with `group=True`, one call per concatenated group.
+
+    `decomposition=True` says that `fn`'s cost is a QR or an `eigh`: stacks are then
+    mapped by a loop on GPUs too (see [`batched_kernels`][]).
+    """
+    if spread is None and batched and not group:
+        return [fn(static, shared, *operands) for static, operands in tasks]
+    groups: dict[Any, list[int]] = {}
+    for i, (static, operands) in enumerate(tasks):
+        shapes = tuple((x.shape[1:] if batched else x.shape, x.dtype) for x in operands)
+        groups.setdefault((static, shapes), []).append(i)
+    results: list = [None] * len(tasks)
+    for (static, _), members in groups.items():
+        if spread is None and len(members) == 1:
+            (i,) = members
+            results[i] = fn(static, shared, *tasks[i][1])
+            continue
+        n_ops = len(tasks[members[0]][1])
+        join = jnp.concatenate if batched else jnp.stack
+        stacks = [join([tasks[i][1][k] for i in members]) for k in range(n_ops)]
+        sizes = [tasks[i][1][0].shape[0] if batched else 1 for i in members]
+        call = functools.partial(fn, static)
+        if not batched:
+            call = map_stack(call, decomposition=decomposition)
+        if spread is None:
+            out = call(shared, *stacks)
+        else:
+            out = _spread_call(call, shared, stacks, spread)
+        start = 0
+        for i, size in zip(members, sizes):
+            if batched:
+                results[i] = jax.tree.map(lambda o: o[start : start + size], out)
+            else:
+                results[i] = jax.tree.map(lambda o: o[start], out)
+            start += size
+    return results
+
+
+def batched_kernels(decomposition: bool = False) -> bool:
+    """Whether [`map_stack`][] maps with `jax.vmap` (one batched kernel per op: what
+    accelerators want) rather than `lax.map` (a loop of unbatched ones): off CPU only.
+
+    On CPU a batched LAPACK custom call (eigh, QR, Cholesky, triangular solve of a
+    `vmap`-ed stack) splits its batch into chunks, schedules them on XLA's intra-op
+    thread pool and blocks its thread until they finish (`ParallelBatchMap` in
+    jaxlib's `jaxlib/cpu/lapack_kernels.cc`, waiting on an `absl::BlockingCounter`).
+    XLA's CPU runtime runs the program's own thunks on that same pool, so a batched
+    call issued from a pool thread can wait on tasks that no free thread is left to
+    run. A run of `benchmarks/lm.py --quick` with stacks `vmap`-ed on CPU deadlocked
+    on a 2-core machine (gdb: every thread waiting, one in `ParallelBatchMap`). An
+    unbatched call runs its matrix on its own thread and schedules nothing; the
+    batched kernel only loops over its matrices too (in `lm.py --quick`, SOAP's,
+    Shampoo's and Kron's training times were unchanged).
+
+    With `decomposition=True` (work whose cost is a QR or an `eigh`), GPUs loop too:
+    there these are calls into the vendor's solver library (cuSOLVER), whose batched
+    QR gains little on large matrices and loses much on mid-sized ones. On an H100
+    (jax 0.11.2, float32), `vmap`-ed `jnp.linalg.qr` of 5 matrices took, per matrix,
+    23.2 ms at 392x392 against 1.9 ms for one alone, and 5.7 and 8.0 ms at 1176 and
+    1568 against 6.0 and 8.2 ms; SOAP's refresh at 10M params took 260 ms batched
+    and 177 ms looped (`benchmarks/matrix.py`). TPUs, where QR and `eigh` are XLA's
+    own batched algorithms, keep `vmap` (not measured).
+    """
+    backend = jax.default_backend()
+    if decomposition:
+        return backend not in ("cpu", "gpu")
+    return backend != "cpu"
+
+
+def map_stack(call: Callable, decomposition: bool = False) -> Callable:
+    """`call(shared, *operands)` for one task, made into `mapped(shared, *stacks)`
+    for a stack of tasks (operands stacked along a new leading axis, `shared` passed
+    to every call): `jax.vmap` where [`batched_kernels`][], else `lax.map`, one
+    unbatched call per task in a loop (one copy of `call` in the program either
+    way). A data-dependent loop in `call` stops on each task's own matrix with
+    `lax.map`, and when every task's has with `jax.vmap`.
+
+    `decomposition=True` for a `call` whose cost is a QR or an `eigh` (see
+    [`batched_kernels`][]).
+    """
+    vmap = batched_kernels(decomposition)
+
+    def mapped(shared, *stacks):
+        if vmap:
+            axes = (None,) + (0,) * len(stacks)
+            return jax.vmap(call, in_axes=axes)(shared, *stacks)
+        return jax.lax.map(lambda operands: call(shared, *operands), stacks)
+
+    return mapped
+
+
+def _spread_call(call: Callable, shared: Any, stacks: list[Array], spread: Spread):
+    """`call(shared, *stacks)` with the stacks' leading axis split over `spread`'s axes
+    and the results replicated.
+
+    Each device computes its share under `jax.shard_map` (manual over `spread.axes`):
+    its program holds no collective between the split and the all-gather of the
+    results. In particular a data-dependent loop of `call` (Shampoo's inverse roots: a
+    batched `while_loop`, or on CPU one per matrix inside [`map_stack`][]'s
+    `lax.map`) runs on each device's own matrices with a local predicate.
+    Split by sharding constraints instead, XLA's partitioner makes a batched loop's
+    predicate global: one all-reduce per iteration of every loop, across all devices
+    (and processes), with nothing gained (the vmapped loop keeps each matrix's result
+    its own whichever way the devices agree to stop)."""
+    n = stacks[0].shape[0]
+    pad = -n % spread.size
+    if pad:
+        stacks = [
+            jnp.concatenate([s, jnp.broadcast_to(s[:1], (pad,) + s.shape[1:])])
+            for s in stacks
+        ]
+    mesh = spread.mesh
+    P = jax.sharding.PartitionSpec
+    NamedSharding = jax.sharding.NamedSharding
+    explicit = any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
+    # Python numbers in `shared` stay static; arrays are passed in, replicated.
+    leaves, treedef = jax.tree.flatten(shared)
+    dynamic = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)]
+
+    def body(arrays, *stacks):
+        full = list(leaves)
+        for i, x in zip(dynamic, arrays):
+            full[i] = x
+        return call(jax.tree.unflatten(treedef, full), *stacks)
+
+    arrays = [leaves[i] for i in dynamic]
+    split, whole = P(spread.axes), P()
+    if explicit:
+        # Sharding in types: the operands are given the shardings the `shard_map`
+        # expects (on the mesh's other axes, replicated).
+        arrays = [jax.sharding.reshard(x, NamedSharding(mesh, whole)) for x in arrays]
+        stacks = [jax.sharding.reshard(s, NamedSharding(mesh, split)) for s in stacks]
+    out = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(whole,) + (split,) * len(stacks),
+        out_specs=split,
+        axis_names=frozenset(spread.axes),
+        # `call` is written for any context (its loops start from constants, which
+        # the varying-axes check would have it mark as device-varying); every output
+        # is split, so nothing is claimed replicated that is not.
+        check_vma=False,
+    )(arrays, *stacks)
+    replicated = NamedSharding(mesh, whole)
+    if explicit:
+        out = jax.tree.map(lambda o: jax.sharding.reshard(o, replicated), out)
+    else:
+        out = jax.tree.map(
+            lambda o: jax.lax.with_sharding_constraint(o, replicated), out
+        )
+    if pad:
+        out = jax.tree.map(lambda o: o[:n], out)
+    return out

@@ -1,0 +1,836 @@
+"""`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
+
+import sys
+import types
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import lineax as lx
+import numpy as np
+import optimistix as optx
+from jax._src.core import trace_state_clean  # whether any JAX trace is active
+from jax.core import Tracer
+from jaxtyping import Array, Bool, Int32, PyTree
+
+from .._core.base import AbstractOptimizer
+from .._misc import (
+    compute_dtype,
+    hashable,
+    is_param,
+    real_dtype,
+    strong,
+    tree_map,
+)
+from .._transforms.project import (
+    broadcast_bounds,
+    check_bounds,
+    project,
+    project_leaf,
+)
+from .lbfgsb import LBFGSB
+from .linesearch import AbstractLineSearchOptimizer, cast, conj, select
+from .loop import loops, while_loop
+from .solution import result_item, RESULTS, Solution, succeeded
+
+
+_ADJOINTS = ("unrolled", "implicit")
+
+
+def _split(fn, has_aux):
+    def loss_and_aux(y, args):
+        out = fn(y, args)
+        if has_aux:
+            if not (isinstance(out, tuple) and len(out) == 2):
+                raise ValueError(
+                    "eqxopt.minimize: with `has_aux=True`, `fn` must return a pair "
+                    "`(loss, aux)`."
+                )
+            loss, aux = out
+            for path, leaf in jtu.tree_flatten_with_path(aux)[0]:
+                if not eqx.is_array_like(leaf):
+                    raise ValueError(
+                        "eqxopt.minimize: `aux` (the second element of `fn`'s output) "
+                        "is carried through the solve's loop, so it must be a PyTree "
+                        f"of arrays; `aux{jtu.keystr(path)}` is a "
+                        f"{type(leaf).__name__}."
+                    )
+        else:
+            loss, aux = out, None
+        loss = jnp.asarray(loss)
+        if loss.shape != () or not jnp.issubdtype(loss.dtype, jnp.floating):
+            raise ValueError(
+                "eqxopt.minimize: `fn` must return a real floating-point scalar loss"
+                + (" (as the first element of its output)" if has_aux else "")
+                + f", got an array of shape {loss.shape} and dtype {loss.dtype}."
+            )
+        return strong(loss), aux
+
+    return loss_and_aux
+
+
+def _max_abs(tree, dtype):
+    """`max |x|` over the leaves (0 if none), in `dtype`: `jnp.max(jnp.abs(x))`'s
+    primitives, bound directly (trace time)."""
+    out = np.zeros((), dtype)
+    for x in jtu.tree_leaves(tree):
+        if is_param(x) and x.size > 0:
+            size = lax.reduce_max(lax.abs(x), tuple(range(x.ndim)))
+            out = lax.max(out, cast(size, dtype))
+    return jnp.asarray(out)
+
+
+def _all_finite(tree):
+    out = jnp.ones((), bool)
+    for x in jtu.tree_leaves(tree):
+        if is_param(x):
+            out = out & jnp.all(jnp.isfinite(x))
+    return out
+
+
+class _Progress:
+    """A live progress bar on stderr (tqdm if installed, else a plain line)."""
+
+    def __init__(self, max_steps: int):
+        self.max_steps = max_steps
+        self.bar = None
+        self.last = 0
+
+    def start(self):
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # pragma: no cover - tqdm is in the dev extra
+            self.bar = None
+        else:
+            self.bar = tqdm(
+                total=self.max_steps, desc="minimize", unit="step", file=sys.stderr
+            )
+        self.last = 0
+
+    def update(self, step, loss):
+        step = int(step)
+        if self.bar is not None:
+            self.bar.update(step - self.last)
+            self.bar.set_postfix(loss=f"{float(loss):.6e}", refresh=False)
+        else:
+            print(
+                f"\rminimize: step {step}/{self.max_steps}  loss {float(loss):.6e}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.last = step
+
+    def close(self, step, loss):
+        self.update(step, loss)
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        else:
+            print(file=sys.stderr, flush=True)
+
+
+class _Options(NamedTuple):
+    """The static options of a solve (part of the compilation key; a tuple: built on
+    every call, it costs a fraction of a Module's construction). `differentiable`:
+    whether reverse mode may differentiate the solve's loops (see `_loop.py`)."""
+
+    max_steps: int
+    rtol: float
+    atol: float
+    has_aux: bool
+    progress: bool
+    differentiable: bool = True
+
+
+class _Carry(eqx.Module):
+    """The state of the solve loop between steps. `g` is the gradient in the updates'
+    convention (conjugated for complex leaves, as Optax's); `converged` and `finite`
+    are `_check`'s verdicts at `y` (kept, so that the result needs no new
+    reductions: each costs compilation time)."""
+
+    y: PyTree
+    state: Any
+    f: Array
+    g: PyTree
+    aux: Any
+    num_steps: Int32[Array, ""]
+    num_fevals: Int32[Array, ""]
+    failed: Bool[Array, ""]
+    stalled: Bool[Array, ""]
+    no_decrease: Int32[Array, ""]
+    converged: Bool[Array, ""]
+    finite: Bool[Array, ""]
+
+    @property
+    def stop(self) -> Bool[Array, ""]:
+        """Whether the solve stops here (converged, non-finite, or halted)."""
+        return self.converged | ~self.finite | self.failed | self.stalled
+
+
+# A line search accepts a step without decrease only where rounding in the loss
+# decides (its approximate Wolfe condition); on a badly conditioned quadratic such
+# steps come alone or in pairs, mixed with decreasing ones. This many in a row means
+# that the loss can no longer resolve the decrease the model predicts. Without a line
+# search, as many steps in a row at a fixed point (`_at_fixed_point`) stop the solve:
+# a step counter can still change what a step does (SOAP makes no update on its first
+# step, then moves).
+_MAX_NO_DECREASE = 5
+
+
+class _Loss(eqx.Module):
+    """`fn` with the static part of `y` and `args`: `y -> fn(combine(y), args)`."""
+
+    fn: Callable
+    y_static: PyTree
+    args: PyTree
+
+
+def _loss_impl(static, dynamic, y):
+    treedef, leaves, has_aux = static
+    loss: _Loss = eqx.combine(dynamic, jtu.tree_unflatten(treedef, leaves))
+    # `fn` is differentiated: any loop of ours inside it must be differentiable.
+    with loops(differentiable=True):
+        return _split(loss.fn, has_aux)(eqx.combine(y, loss.y_static), loss.args)
+
+
+_loss_jit = jax.jit(_loss_impl, static_argnums=0)
+
+
+class _Problem(eqx.Module):
+    """Everything a step needs, the traced parts included: the loss, the optimizer,
+    the static part of `y`, `args` and the bounds (full trees, or `None`)."""
+
+    fn: Callable
+    optimizer: AbstractOptimizer
+    y_static: PyTree
+    args: PyTree
+    bounds: tuple[PyTree, PyTree] | None
+
+    @property
+    def bound_aware(self) -> bool:
+        """Whether the optimizer takes the bounds into its model (else each step is
+        projected onto the box)."""
+        return isinstance(self.optimizer, LBFGSB)
+
+    def loss_and_aux(self, y, has_aux):
+        """`(loss, aux)` at `y`. Through one cached `jax.jit` of `fn`, so that `fn` is
+        traced once per solve: the evaluation at `y0`, the line search's and the
+        implicit adjoint's all reuse that trace (and its derivatives)."""
+        loss = _Loss(self.fn, self.y_static, self.args)
+        dynamic, static = eqx.partition(loss, eqx.is_array)
+        leaves, treedef = jtu.tree_flatten(static)
+        return _loss_jit((treedef, tuple(leaves), has_aux), dynamic, y)
+
+    def value_and_grad(self, y, has_aux):
+        """`((loss, aux), grad)` at `y`, the gradient in the updates' convention."""
+        (f, aux), g = eqx.filter_value_and_grad(
+            lambda y: self.loss_and_aux(y, has_aux), has_aux=True
+        )(y)
+        return (f, aux), conj(g)
+
+    def value_fn(self, has_aux):
+        """The loss as the optimizer sees it: with bounds and an optimizer that does
+        not know them, the loss of the projected point (so a line search never
+        evaluates outside the box)."""
+        if self.bounds is None or self.bound_aware:
+            return lambda y: self.loss_and_aux(y, has_aux)[0]
+        lower, upper = self.bounds
+        return lambda y: self.loss_and_aux(project(y, lower, upper), has_aux)[0]
+
+
+def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
+    """One optimizer step of the solve (the body of its loop)."""
+    optimizer, has_aux = problem.optimizer, options.has_aux
+    value_fn = problem.value_fn(has_aux)
+    extra: dict[str, Any] = dict(
+        value=carry.f,
+        grad=conj(carry.g),
+        value_fn=value_fn,
+        # Optax's names, for the optimizers that evaluate the loss themselves (SAM's
+        # adversarial steps, Sophia's Hessian estimate); traced only where used.
+        obj_fn=value_fn,
+        grad_fn=lambda y, i: conj(eqx.filter_grad(value_fn)(y)),
+    )
+    if problem.bound_aware:  # (without bounds: both sides open, LBFGS's steps)
+        extra["bounds"] = (None, None) if problem.bounds is None else problem.bounds
+    updates, state = optimizer.update(carry.g, carry.state, carry.y, **extra)
+    y = eqx.apply_updates(carry.y, updates)
+    if problem.bounds is not None:
+        y = project(y, *problem.bounds)
+    evaluation = _cached(problem)
+    evaluation = None if evaluation is None else evaluation(state)
+    if evaluation is None:
+        (f, aux), g = problem.value_and_grad(y, has_aux)
+        num_fevals = carry.num_fevals + 1
+        failed = jnp.zeros((), bool)
+        fixed = _at_fixed_point(optimizer, (y, state), (carry.y, carry.state))
+        no_decrease = select(fixed, carry.no_decrease + 1, 0)
+        stalled = no_decrease >= _MAX_NO_DECREASE
+    else:
+        f = evaluation.value.astype(carry.f.dtype)
+        g = jtu.tree_map(
+            lambda new, old: None if old is None else new.astype(old.dtype),
+            evaluation.grad,
+            carry.g,
+            is_leaf=lambda x: x is None,
+        )
+        aux = carry.aux
+        failed = evaluation.failed
+        num_fevals = carry.num_fevals + evaluation.num_evals
+        # The optimizer says when its line search failed below the resolution of y;
+        # else accepted steps that no longer decrease the loss are counted.
+        same = ~failed & ~(f < carry.f)
+        no_decrease = select(same, carry.no_decrease + 1, 0)
+        stalled = evaluation.stalled | (no_decrease >= _MAX_NO_DECREASE)
+    num_steps = select(failed, carry.num_steps, carry.num_steps + 1)
+    if bar is not None:
+        jax.debug.callback(bar.update, num_steps, f, ordered=True)
+    converged, finite = _check(f, g, y, problem.bounds, options)
+    return _Carry(
+        y,
+        state,
+        f,
+        g,
+        aux,
+        num_steps,
+        num_fevals,
+        failed,
+        stalled,
+        no_decrease,
+        converged,
+        finite,
+    )
+
+
+def _cached(problem: _Problem):
+    """The optimizer's `last_evaluation` when its evaluation at the new point can be
+    reused (not so for a projected method: its new point is the projection)."""
+    optimizer = problem.optimizer
+    if not isinstance(optimizer, AbstractLineSearchOptimizer):
+        return None
+    if problem.bounds is not None and not problem.bound_aware:
+        return None
+    return optimizer.last_evaluation
+
+
+def _at_fixed_point(optimizer: AbstractOptimizer, new, old) -> Bool[Array, ""]:
+    """Whether a first-order step (no line search) left `y`, the floating-point
+    leaves of the optimizer's state and its hyperparameters (schedules at the step
+    count) exactly as they were: every later step would then repeat it, so the point
+    can no longer move, unless a step counter changes what the step does.
+    (`new`, `old`: `(y, state)` after and before the step.)
+
+    A step that leaves `y` alone is not enough: a first-order step may move it again
+    later (momentum changing sign: runs of up to 10 unchanged steps; Adam(0.1) in
+    float16: 464, on (y - 2)^2, measured), as may a schedule (a warmup from 0).
+    Counters are left out (they change on every step); what they do inside an update
+    where no hyperparameter shows it (SOAP's first step, which makes no update;
+    Adam's bias corrections) is why the solve stops only after several such steps in
+    a row."""
+    (y, state), (y_old, state_old) = new, old
+    changed = jnp.zeros((), bool)
+    for a, b in zip(
+        _leaves((y, state, optimizer.hyperparams(state))),
+        _leaves((y_old, state_old, optimizer.hyperparams(state_old))),
+    ):
+        changed = changed | jnp.any(a != b)
+    return ~changed
+
+
+def _gradient_measure(g, y, bounds):
+    """The gradient whose size decides convergence: `g`, or with bounds the projected
+    gradient `P(y - g) - y` (L-BFGS-B's test)."""
+    if bounds is None:
+        return g
+    lower, upper = bounds
+    return tree_map(
+        lambda g, y, lo, up: project_leaf(y - g.astype(y.dtype), lo, up) - y,
+        g,
+        y,
+        lower,
+        upper,
+        names=("grad", "y", "lower", "upper"),
+    )
+
+
+def _check(f, g, y, bounds, options):
+    """`(converged, finite)` at `y`: `max|g| <= atol + rtol |f|` (`g` projected with
+    bounds), in at least float32, and whether `f` and every entry of `g` are finite.
+
+    Each reduction over a leaf costs compilation time (XLA's CPU code for a reduction
+    is much larger than for an elementwise operation), so without bounds and for real
+    leaves `finite` comes from the same maximum: `max|g|` is NaN or infinite exactly
+    when some entry of `g` is (the maximum propagates NaN)."""
+    measure = _gradient_measure(g, y, bounds)
+    dtype = compute_dtype(f.dtype, *(real_dtype(x.dtype) for x in _leaves(measure)))
+    atol, rtol = np.asarray(options.atol, dtype), np.asarray(options.rtol, dtype)
+    tol = lax.add(atol, lax.mul(rtol, cast(lax.abs(f), dtype)))
+    size = _max_abs(measure, dtype)
+    converged = lax.le(size, tol)
+    if bounds is None and not any(jnp.iscomplexobj(x) for x in _leaves(g)):
+        finite = lax.is_finite(f) & lax.is_finite(size)
+    else:  # the projection may clip an infinite entry; |complex| may overflow
+        finite = jnp.isfinite(f) & _all_finite(g)
+    return converged, finite
+
+
+def _primal(inputs):
+    """The solve: `inputs -> (y, residual)`. A global function (implicit_jvp needs
+    one); everything it uses comes in through `inputs`."""
+    problem, y0, options = inputs
+    max_steps = options.max_steps
+    (f0, aux0), g0 = problem.value_and_grad(y0, options.has_aux)
+    state0 = problem.optimizer.init(y0)
+    cached = _cached(problem)
+    uses_cache = cached is not None and cached(state0) is not None
+    bar = _Progress(max_steps) if options.progress else None
+    if bar is not None:
+        jax.debug.callback(bar.start, ordered=True)
+
+    # The `max_steps` iterations run as one bounded loop (checkpointed, so reverse-mode
+    # differentiable, where the solve can be differentiated) that stops as soon as the
+    # solve does: an iteration after convergence costs nothing, with no conditional
+    # (XLA would copy the whole carry through it). The history is a write-only buffer
+    # of the loop.
+    def cond(c):
+        j, carry, _ = c
+        return ~carry.stop & (j < max_steps)
+
+    def body(c):
+        j, carry, history = c
+        f = carry.f
+        carry = _step(problem, options, bar, carry)
+        # A failed line search returns a zero step: that step is not applied.
+        history = history.at[j].set(select(carry.failed, jnp.nan, f))
+        return j + 1, carry, history
+
+    int32 = lambda n: jnp.asarray(n, jnp.int32)
+    false = jnp.zeros((), bool)
+    converged0, finite0 = _check(f0, g0, y0, problem.bounds, options)
+    carry = _Carry(
+        y0,
+        state0,
+        f0,
+        g0,
+        aux0,
+        int32(0),
+        int32(1),
+        false,
+        false,
+        int32(0),
+        converged0,
+        finite0,
+    )
+    if max_steps > 0:
+        history = jnp.full((max_steps,), jnp.nan, f0.dtype)
+        with loops(options.differentiable):  # the line searches' loops too
+            _, carry, history = while_loop(
+                cond,
+                body,
+                (jnp.zeros((), jnp.int32), carry, history),
+                max_steps=max_steps,
+                buffers=lambda c: c[2],
+            )
+    else:
+        history = jnp.zeros((0,), f0.dtype)
+    y, f, g, aux = carry.y, carry.f, carry.g, carry.aux
+    num_fevals = carry.num_fevals
+    converged, finite = carry.converged, carry.finite
+    if options.has_aux and uses_cache:
+        # The line search returns the loss and gradient at the new point, not `aux`.
+        f, aux = problem.loss_and_aux(y, options.has_aux)
+        num_fevals = num_fevals + 1
+        converged, finite = _check(f, g, y, problem.bounds, options)
+    R = RESULTS
+    result = R.where(
+        finite & converged,
+        R.successful,
+        R.where(
+            ~finite,
+            R.nonfinite,
+            R.where(
+                carry.failed,
+                R.linesearch_failed,
+                R.where(carry.stalled, R.precision_limit, R.max_steps_reached),
+            ),
+        ),
+    )
+    if bar is not None:
+        jax.debug.callback(bar.close, carry.num_steps, f, ordered=True)
+    stats = {
+        "num_steps": carry.num_steps,
+        "num_fevals": num_fevals,
+        "history": history,
+    }
+    return y, (f, aux, carry.state, result, stats)
+
+
+def _rewrite(y, residual, inputs):
+    """The optimality condition, for the implicit adjoint: `grad fn(y, args) = 0`, or
+    with bounds `y - P(y - grad) = 0` (so only the free variables move with `args`:
+    the rows of active variables are the identity)."""
+    problem, _, options = inputs
+    grad = eqx.filter_grad(lambda y: problem.loss_and_aux(y, options.has_aux)[0])(y)
+    if problem.bounds is None:
+        return grad
+    return _gradient_measure(conj(grad), y, problem.bounds)
+
+
+# `optx.internal.implicit_jvp` wants plain global functions.
+for _f in (_primal, _rewrite):
+    assert isinstance(_f, types.FunctionType) and _f.__closure__ is None
+
+
+def _leaves(tree):
+    return [x for x in jtu.tree_leaves(tree) if is_param(x)]
+
+
+def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
+    y_dyn, y_static = eqx.partition(y0, is_param)
+    y_dyn = jtu.tree_map(strong, y_dyn)
+    if bounds is not None:
+        bounds = broadcast_bounds(bounds, y_dyn)
+        if throw_inside:
+            # Traced bounds (under `vmap`, `jit`) are checked at run time, naming the
+            # first leaf with an empty box or a NaN bound: concrete ones raised a
+            # `ValueError` before the solve.
+            paths = [
+                jtu.keystr(path) or "the params"
+                for path, x in jtu.tree_flatten_with_path(y_dyn)[0]
+                if is_param(x)
+            ]
+            pairs = list(zip(*map(_leaves, bounds)))
+            bad = jnp.stack(
+                [jnp.any(lo > up) for lo, up in pairs]
+                + [jnp.any(jnp.isnan(lo) | jnp.isnan(up)) for lo, up in pairs]
+            )
+            y_dyn = eqx.branched_error_if(
+                y_dyn,
+                jnp.any(bad),
+                jnp.argmax(bad),
+                [
+                    f"eqxopt.minimize: `bounds`: lower > upper at {p} (a box needs "
+                    "lower <= upper)."
+                    for p in paths
+                ]
+                + [
+                    f"eqxopt.minimize: `bounds`: a NaN bound at {p} (an open side is "
+                    "None or +-inf)."
+                    for p in paths
+                ],
+            )
+        y_dyn = project(y_dyn, *bounds)
+    problem = _Problem(fn, optimizer, y_static, args, bounds)
+    inputs = (problem, y_dyn, options)
+    if adjoint == "implicit":
+        tags = frozenset() if bounds is not None else frozenset({lx.symmetric_tag})
+        y, (loss, aux, state, result, stats) = optx.internal.implicit_jvp(
+            _primal, _rewrite, inputs, tags, lx.AutoLinearSolver(well_posed=None)
+        )
+        # Recompute the loss and aux outside the custom derivative, so that they are
+        # differentiable too (through `y` and `args`).
+        loss, aux = problem.loss_and_aux(y, options.has_aux)
+        stats = dict(stats, num_fevals=stats["num_fevals"] + 1)
+    else:
+        y, (loss, aux, state, result, stats) = _primal(inputs)
+    sol = Solution(
+        value=eqx.combine(y, y_static),
+        loss=loss,
+        aux=aux,
+        state=state,
+        result=result_item(result),
+        stats=stats,
+    )
+    if throw_inside:
+        sol = result.error_if(sol, result != RESULTS.successful)
+    return sol
+
+
+def _jit_body(dynamic, static, *rest):
+    """`_solve` on the inputs split by `_minimize`. The `Solution`'s non-array leaves
+    (those of `y0`, as an `eqx.nn.MLP`'s activation functions) leave the `jit` as
+    static output, as in `eqx.filter_jit`."""
+    treedef, leaves = static
+    leaves = [s if d is None else d for d, s in zip(dynamic, leaves)]
+    fn, optimizer, y0, args, bounds = jtu.tree_unflatten(treedef, leaves)
+    sol = _solve(fn, optimizer, y0, args, bounds, *rest)
+    arrays, others = eqx.partition(sol, eqx.is_array)
+    return arrays, eqxi.Static(others)
+
+
+# The solve is a loop of small, mostly scalar kernels: XLA's CPU compile time is
+# dominated by LLVM code generation for each of them (about 3/4 of it on Rosenbrock
+# 10, the HLO passes most of the rest). Three per-computation options (other backends
+# ignore them; they exist in the XLA of the jaxlib versions below, other versions
+# compile with XLA's defaults):
+# - XLA's older (non-MLIR) fusion emitters generate this code about twice as fast,
+#   with the same run time;
+# - the LLVM module is split into 2 parts compiled on parallel threads, not into
+#   XLA's default number: each part has a fixed cost, and on a program of a few
+#   dozen small kernels more parts cost CPU time without shortening the wall time.
+#   Rosenbrock 10's compilation (2-core shared CPU, medians of 7): 1 part 315 ms
+#   wall, 368 ms CPU; the default split 315 and 475 ms; 2 parts 277 and 369 ms. Over
+#   first calls of the nine unbounded benchmark problems (in one process,
+#   interleaved, two runs), 1 part took the same CPU time as 2 parts and 1.11 and
+#   1.17 times the wall time (median ratios); the default split (one run) about 1.1x
+#   the CPU time.
+#   1 and 2 parts give the same evaluations and solutions, to the last bit, on all 17
+#   unbounded and bounded benchmark problems. The number is fixed, not the machine's
+#   core count: LLVM's code for a part can differ from that for the whole in a last
+#   bit (inlining, multiply-add contraction), and a solve's iterates should not depend
+#   on the machine it compiles on;
+# - XLA's CPU tree-reduction rewrite is off (the pass of that name is the CPU
+#   backend's; GPU's is named `tree-reduction-rewriter`, `gpu-tree-reduction-rewriter`
+#   in older XLA, so GPU compilation keeps its own): it turns every reduction
+#   over more than 32 elements (each inner product, norm and maximum of a problem
+#   with 100 or more variables, and `fn`'s own sums) into a reduction of windows of
+#   32 and a final one, two kernels where one does. A function of three sums over 100
+#   elements compiled in 63-73 against 37-43 ms; Rosenbrock 100's solve in 519
+#   against 389 ms, the quadratic's in 670 against 404 ms (medians of 3). Compiled
+#   runs of the 17 benchmark problems (medians, interleaved) took 0.98 of the time
+#   (median; 0.61-1.07, the problems without a reduction over more than 32 elements
+#   within the noise: their programs are the same), Rosenbrock 1000 117 against 192
+#   ms, the 10,000-variable bounded problem 185 against 184 ms, a float64 and a
+#   float32 fit to 10^6 points 99 against 106 and 107 against 108 ms. The
+#   evaluations are the same on 14 of the 17 (Rosenbrock 100: 608 -> 602, Rosenbrock
+#   1000: 5769 -> 5768, the quadratic: 890 -> 878: another order of summation). A
+#   float32 sum of 10^4 to 10^7 uniform numbers has the same rounding error either way.
+#   Not used: `xla_llvm_disable_expensive_passes`, copy insertion's region analysis,
+#   `xla_cpu_opt_preset` (0, 1 and 2) and `xla_cpu_prefer_vector_width=128` (no
+#   measurable gain); `xla_cpu_disable_loop_unrolling` (Rosenbrock 100's compilation
+#   394 -> 341 ms, but it is a key of the map `xla_backend_extra_options`, which
+#   `compiler_options` cannot set: only the process-wide `XLA_FLAGS` can);
+#   `xla_backend_optimization_level=1` (a third less compilation per reduction over
+#   100 or more elements, but other rounding: other iterates on 4 of 5 problems, and
+#   the 10,000-variable solve 8% slower); and level 0 (40% less compilation, runs up
+#   to 9x slower).
+_CPU_OPTIONS = (
+    {
+        "xla_cpu_use_fusion_emitters": False,
+        "xla_cpu_parallel_codegen_split_count": 2,
+        "xla_disable_hlo_passes": "tree_reduction_rewriter",
+    }
+    if (0, 5, 0) <= jax.__version_info__ < (0, 11, 0)
+    else {}
+)
+# Only a top-level `jax.jit` takes compiler options: inside an outer trace (`jit`,
+# `vmap`, `grad`), the solve is traced by the plain one.
+_solve_jit = {
+    "top": jax.jit(
+        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=_CPU_OPTIONS
+    ),
+    "nested": jax.jit(_jit_body, static_argnums=(1, 2, 3, 4)),
+}
+
+
+def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solution:
+    """`_solve` under `jit` (as `eqx.filter_jit`: arrays traced, the rest static).
+
+    Under an outer transformation (`jit`, `vmap`, `grad`; even when no input is a
+    tracer, as `fn` may close over one) a failure raises through `eqx.error_if`
+    inside the computation; called eagerly, the result is checked here, after the
+    solve, and raised as an `eqx.EquinoxRuntimeError`."""
+    # Under a transformation (`jit`, `grad`, `vmap`) `fn` may close over its tracers
+    # even when no input is one. The implicit adjoint differentiates through `fn`'s
+    # inputs only: its closed-over tracers become leaves of `fn` (as optimistix does).
+    tracing = not trace_state_clean()
+    if tracing and adjoint == "implicit":
+        fn = eqx.filter_closure_convert(fn, y0, args)
+    # One flatten (cheaper than `eqx.partition`): arrays are traced, the rest static.
+    leaves, treedef = jtu.tree_flatten((fn, optimizer, y0, args, bounds))
+    arrays = [eqx.is_array(x) for x in leaves]
+    traced = tracing or any(isinstance(x, Tracer) for x in leaves)
+    throw_inside = throw and traced
+    # Reverse mode can reach the loops only through a traced call with the unrolled
+    # adjoint (an eager call's result is concrete; the implicit adjoint's primal is
+    # never differentiated): else they are plain loops, faster to trace and compile.
+    options = options._replace(differentiable=traced and adjoint == "unrolled")
+    dynamic = [x if a else None for x, a in zip(leaves, arrays)]
+    static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
+    rest = (options, throw_inside, adjoint)
+    if not hashable(static):
+        _raise_unhashable(fn, optimizer, y0, args, bounds)
+    arrays, others = _solve_jit["nested" if traced else "top"](dynamic, static, *rest)
+    sol = eqx.combine(arrays, others.value)
+    if throw and not traced and not succeeded(sol.result):
+        raise eqx.EquinoxRuntimeError(RESULTS[sol.result])
+    return sol
+
+
+def _raise_unhashable(fn, optimizer, y0, args, bounds):
+    """The non-array parts of the inputs are the compilation key: name the first one
+    that cannot be hashed."""
+    inputs = dict(fn=fn, optimizer=optimizer, y0=y0, args=args, bounds=bounds)
+    for name, value in inputs.items():
+        for path, leaf in jtu.tree_leaves_with_path(value):
+            if not eqx.is_array(leaf) and not hashable(leaf):
+                raise ValueError(
+                    f"eqxopt.minimize: `{name}{jtu.keystr(path)}` is a non-array leaf "
+                    "(a static part of the compilation key, as in "
+                    "`equinox.filter_jit`) that cannot be hashed: "
+                    f"{type(leaf).__name__}. Pass arrays, hashable values, or a PyTree "
+                    "(e.g. an `eqx.Module`) instead."
+                )
+    # (A PyTree structure hashed even with unhashable static data in a node, a list
+    # in an `eqx.field(static=True)` or a registered node's aux data: jax 0.10.2.)
+    raise AssertionError("eqxopt.minimize: unhashable inputs, but no unhashable leaf")
+
+
+def _check_y0(y0):
+    if not _leaves(y0):
+        kinds = sorted(
+            {str(getattr(x, "dtype", type(x).__name__)) for x in jtu.tree_leaves(y0)}
+        )
+        raise ValueError(
+            "eqxopt.minimize: `y0` has no floating-point (or complex) JAX or NumPy "
+            "array to optimize (only its inexact arrays are optimized); got "
+            + (", ".join(kinds) if kinds else "an empty PyTree")
+            + ". Pass e.g. `jnp.asarray(y0, jnp.float32)`."
+        )
+
+
+def minimize(
+    fn: Callable[[PyTree, Any], Any],
+    optimizer: AbstractOptimizer,
+    y0: PyTree,
+    args: PyTree = None,
+    *,
+    max_steps: int = 256,
+    rtol: float = 1e-6,
+    atol: float = 1e-8,
+    has_aux: bool = False,
+    throw: bool = True,
+    progress: bool = False,
+    adjoint: str = "unrolled",
+    bounds: tuple[Any, Any] | None = None,
+) -> Solution:
+    r"""Minimize `fn(y, args)` over `y`, starting from `y0`, with any eqxopt optimizer.
+
+    Each step evaluates the loss and its gradient and calls
+    `optimizer.update(grad, state, y, value=loss, grad=grad, value_fn=...)`, with
+    Optax's `obj_fn=` (the loss, as `value_fn`) and `grad_fn=` (`(y, i) -> grad`) for
+    the optimizers that evaluate the loss themselves (Sophia, SAM's opaque mode);
+    optimizers that need none of the extra arguments ignore them. For complex leaves the
+    optimizer receives the conjugated gradient (Optax's convention: descent along
+    `-conj(grad)`). With [`eqxopt.LBFGS`][] or a
+    bare line search, the loss and gradient at the new point come from the line
+    search's last evaluation, so a step costs one evaluation when the first trial step
+    is accepted.
+
+    The loop is one bounded loop of at most `max_steps` iterations: Equinox's
+    checkpointed `while_loop` (reverse-mode differentiable) when `minimize` is called
+    under a JAX transformation with `adjoint="unrolled"`, else (an eager call, whose
+    result nothing can differentiate, or the implicit adjoint) a plain
+    `lax.while_loop`, which traces and compiles faster; the line searches' loops
+    follow. It stops when
+
+    $$\max_i |\nabla_y f(y, \text{args})_i| \le \text{atol} + \text{rtol}\,|f(y,
+      \text{args})|$$
+
+    at the current point; the remaining iterations cost nothing (the loop exits; no
+    `lax.cond`, through which XLA would copy the whole state). It is compiled once per
+    `fn`, optimizer structure and input shapes (as `equinox.filter_jit`: arrays
+    traced, everything else static), with XLA's older CPU fusion emitters, which
+    compile this loop of small kernels about twice as fast, as an LLVM module split
+    in two parts compiled on two threads, and without XLA's CPU tree-reduction
+    rewrite, which would split every reduction over more than 32 elements in two
+    kernels (figures in the "Performance" section of the full-batch minimization
+    guide); `fn` is traced once per compilation (the
+    evaluations at `y0` and in the line search share the trace).
+
+    **Arguments:**
+
+    - `fn`: the loss, `fn(y, args) -> scalar`, or `-> (scalar, aux)` with
+        `has_aux=True`.
+    - `optimizer`: any [`eqxopt.AbstractOptimizer`][], e.g. `eqxopt.LBFGS()` or
+        `eqxopt.Adam(1e-2)`.
+    - `y0`: the starting point, any PyTree; only its inexact arrays are optimized
+        (a whole `eqx.Module` works).
+    - `args`: passed to `fn` unchanged; derivatives of the solution with respect to
+        it are available (see `adjoint`).
+    - `max_steps`: the number of iterations of the loop (keyword-only, as all below).
+    - `rtol`, `atol`: the convergence tolerances above.
+    - `has_aux`: whether `fn` returns `(loss, aux)`.
+    - `throw`: raise an error naming the result (an `equinox.EquinoxRuntimeError`)
+        when it is not `RESULTS.successful`; with `False`, check `sol.result`.
+    - `progress`: show a live progress bar (step, loss) on stderr (tqdm when
+        installed).
+    - `bounds`: `None`, or `(lower, upper)` box constraints, each a PyTree prefix of
+        `y0` (a scalar bounds every element; `None` or $\pm\infty$ leaves a side
+        open). `y0` is projected into the box first and every iterate stays in it;
+        convergence uses the projected gradient, $\max_i |P(y - \nabla f)_i - y_i|
+        \le \text{atol} + \text{rtol}\,|f|$. [`eqxopt.LBFGSB`][] uses the bounds in
+        its model; any other optimizer becomes a projected method (each new point is
+        projected onto the box, and it sees the loss of the projected point).
+        `lower > upper` or a NaN bound raises a `ValueError` naming the leaf (for
+        traced bounds, under `vmap` or `jit`, with `throw=True`: an error when the
+        solve runs).
+    - `adjoint`: how derivatives of the solution with respect to `args` (and `y0`)
+        are computed: `"unrolled"` (default) differentiates through the
+        checkpointed loop, the line searches included; `"implicit"` uses the implicit
+        function theorem at the optimum, $\partial y^* / \partial \text{args} =
+        -(\nabla^2_{yy} f)^{-1} \nabla^2_{y\,\text{args}} f$, solved with lineax (as
+        optimistix's `ImplicitAdjoint`): cheaper, and exact at an exact minimum.
+
+    **Returns:**
+
+    An [`eqxopt.Solution`][] with `value`, `loss`, `aux`, `state`, `result` and
+    `stats` (`num_steps`, `num_fevals`, `history`). Under `jax.vmap` (over `y0`,
+    `args` or `bounds`) every lane has its own; with `throw=False` a failing lane
+    never affects the others. When the steps round away before the tolerances hold
+    (a line search that cannot move the point beyond rounding, or 5 line-search
+    steps in a row without decrease, or 5 first-order steps in a row that leave `y`,
+    the optimizer's floating-point state and its hyperparameters unchanged), the
+    solve stops with `RESULTS.precision_limit`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def rosenbrock(y, args):
+            return jnp.sum(100 * (y[1:] - y[:-1] ** 2) ** 2 + (1 - y[:-1]) ** 2)
+
+
+        sol = eqxopt.minimize(rosenbrock, eqxopt.LBFGS(), jnp.zeros(4))
+        assert sol.result == eqxopt.RESULTS.successful and jnp.allclose(sol.value, 1.0)
+        ```
+    """
+    if not isinstance(optimizer, AbstractOptimizer):
+        raise ValueError(
+            "eqxopt.minimize: `optimizer` must be an eqxopt optimizer (an "
+            f"`eqxopt.AbstractOptimizer`), got {type(optimizer).__name__}; wrap an "
+            "Optax transformation with `eqxopt.from_optax`."
+        )
+    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)):
+        raise ValueError(
+            f"eqxopt.minimize: `max_steps` must be an int >= 0, got {max_steps!r}."
+        )
+    if max_steps < 0:
+        raise ValueError(
+            f"eqxopt.minimize: `max_steps` must be an int >= 0, got {max_steps}."
+        )
+    if adjoint not in _ADJOINTS:
+        raise ValueError(
+            f"eqxopt.minimize: `adjoint` must be 'unrolled' or 'implicit', got "
+            f"{adjoint!r}."
+        )
+    for name, tol in (("rtol", rtol), ("atol", atol)):
+        if not float(tol) >= 0:
+            raise ValueError(f"eqxopt.minimize: `{name}` must be >= 0, got {tol}.")
+    _check_y0(y0)
+    if bounds is not None:  # validate here, where concrete bounds can be checked
+        check_bounds(bounds, eqx.filter(y0, is_param))
+    options = _Options(
+        int(max_steps), float(rtol), float(atol), bool(has_aux), bool(progress)
+    )
+    return _minimize(fn, optimizer, y0, args, bounds, options, bool(throw), adjoint)

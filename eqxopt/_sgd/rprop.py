@@ -1,0 +1,159 @@
+"""Rprop: per-coordinate step sizes adapted from the signs of successive gradients."""
+
+import equinox as eqx
+import jax.numpy as jnp
+from jax.typing import DTypeLike
+from jaxtyping import Array, Inexact, PyTree
+
+from .._checks import check_hyperparams
+from .._core.base import AbstractOptimizer
+from .._custom_types import Params, ScalarLike, Updates
+from .._misc import (
+    compute_dtype,
+    full_like_leaf,
+    out_dtype,
+    pack,
+    scalar,
+    tree_map,
+    tree_map_unzip,
+    typechecked,
+    zeros_like,
+)
+
+
+@typechecked
+class RpropState(eqx.Module):
+    """State of [`eqxopt.Rprop`][]: the per-coordinate step sizes and the previous
+    (unsigned) updates, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        opt = eqxopt.Rprop(1e-3)
+        state = opt.init(params)
+        assert jnp.all(state.step_sizes["w"] == 1e-3)  # one step size per coordinate
+        state.prev_updates["w"]
+        ```
+    """
+
+    step_sizes: PyTree[Inexact[Array, "..."]]
+    prev_updates: PyTree[Inexact[Array, "..."]]
+
+
+class Rprop(AbstractOptimizer[RpropState]):
+    r"""Rprop (resilient backpropagation, the iRprop$^-$ variant): each coordinate
+    moves by its own step size along the sign of its gradient; the step grows while
+    the sign persists and shrinks when it flips.
+
+    With $s = g_k \cdot d_{k-1}$ (the previous step $d_{k-1}$, elementwise),
+
+    $$\Delta_k = \begin{cases} \operatorname{clip}(\eta^+ \Delta_{k-1}) & s > 0 \\
+      \operatorname{clip}(\eta^- \Delta_{k-1}) & s < 0 \\
+      \Delta_{k-1} & s = 0 \end{cases}, \qquad
+      d_k = \begin{cases} 0 & s < 0 \\ \Delta_k \operatorname{sign}(g_k) &
+      \text{otherwise}\end{cases}, \qquad u_k = -d_k$$
+
+    clipped to `[min_step_size, max_step_size]`, with $\Delta_0$ = `learning_rate`.
+    Arguments and state follow `optax.rprop`, but the numbers follow the paper and
+    `torch.optim.Rprop`: optax 0.2.8 returns the *previous* step's update (one step
+    stale, and zero at the first step), which eqxopt does not copy.
+
+    ??? cite "References"
+
+        ```bibtex
+        @inproceedings{riedmiller1993direct,
+            title={A direct adaptive method for faster backpropagation learning: the
+                {RPROP} algorithm},
+            author={Riedmiller, Martin and Braun, Heinrich},
+            booktitle={IEEE International Conference on Neural Networks},
+            year={1993}}
+        ```
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Rprop(1e-3, eta_minus=0.5, eta_plus=1.2)
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        ```
+    """
+
+    learning_rate: ScalarLike
+    eta_minus: ScalarLike = 0.5
+    eta_plus: ScalarLike = 1.2
+    min_step_size: ScalarLike = 1e-6
+    max_step_size: ScalarLike = 50.0
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        check_hyperparams(
+            self,
+            nonnegative=("learning_rate", "min_step_size", "max_step_size"),
+            positive=("eta_minus", "eta_plus"),
+        )
+
+    _real_params_only = "it compares the signs of successive gradients"
+
+    def init(self, params: Params) -> RpropState:
+        def _full(p):
+            dtype = self.state_dtype or p.dtype
+            return full_like_leaf(p, scalar(self.learning_rate, dtype), dtype)
+
+        return RpropState(tree_map(_full, params), zeros_like(params, self.state_dtype))
+
+    def update(self, grads: Updates, state: RpropState, params=None, **extra):
+        def _leaf(g, step, prev, p):
+            dtype = compute_dtype(g.dtype, step.dtype, prev.dtype)
+            g32, step32, prev32 = (
+                g.astype(dtype),
+                step.astype(dtype),
+                prev.astype(dtype),
+            )
+            s = g32 * prev32
+            factor = jnp.where(
+                s > 0, scalar(self.eta_plus, dtype), scalar(self.eta_minus, dtype)
+            )
+            grown = jnp.clip(
+                step32 * factor,
+                scalar(self.min_step_size, dtype),
+                scalar(self.max_step_size, dtype),
+            )
+            step32 = jnp.where(s == 0, step32, grown)
+            d = jnp.where(s < 0, jnp.zeros_like(g32), step32 * jnp.sign(g32))
+            return pack(
+                (-d).astype(out_dtype(g, p)),
+                step32.astype(step.dtype),
+                d.astype(prev.dtype),
+            )
+
+        updates, step_sizes, prev = tree_map_unzip(
+            _leaf,
+            3,
+            grads,
+            state.step_sizes,
+            state.prev_updates,
+            params,
+            names=("grads", "state.step_sizes", "state.prev_updates", "params"),
+        )
+        return updates, RpropState(step_sizes, prev)
+
+
+Rprop.__init__.__doc__ = r"""**Arguments:**
+
+- `learning_rate`: the initial step size $\Delta_0$ of every coordinate.
+- `eta_minus`: factor $\eta^-$ applied to a step when its gradient flips sign.
+- `eta_plus`: factor $\eta^+$ applied to a step when its gradient keeps its sign.
+- `min_step_size`, `max_step_size`: bounds on the step sizes.
+- `state_dtype`: dtype of both buffers; default the param's. (Static.)
+"""

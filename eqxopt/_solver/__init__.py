@@ -1,1 +1,0 @@
-"""Full-batch solvers (optimizers that evaluate the loss themselves)."""

@@ -1,0 +1,106 @@
+import equinox as eqx
+from jax.typing import DTypeLike
+from jaxtyping import Array, Inexact, PyTree
+
+from .._checks import check_hyperparams
+from .._core.base import AbstractOptimizer
+from .._custom_types import Params, ScalarLike, Updates
+from .._misc import (
+    compute_dtype,
+    out_dtype,
+    pack,
+    per_dtype,
+    scalar,
+    tree_map_unzip,
+    typechecked,
+    zeros_like,
+)
+
+
+@typechecked
+class TraceState(eqx.Module):
+    """State of [`eqxopt.Trace`][]: the momentum buffer, one leaf per param.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Trace(decay=0.9)
+        state = opt.init(params)
+        updates, state = opt.update(grads, state)
+        assert jnp.all(state.trace["w"] == grads["w"])  # t_1 = g_1
+        ```
+    """
+
+    trace: PyTree[Inexact[Array, "..."]]
+
+
+def momentum_step(g, t, decay, nesterov: bool):
+    """Heavy-ball momentum on one leaf, as `optax.trace`: returns (direction, trace).
+
+    `t` is `None` when there is no momentum. Arithmetic runs in at least float32.
+    """
+    dtype = compute_dtype(g.dtype, *(() if t is None else (t.dtype,)))
+    g = g.astype(dtype)
+    if t is None:
+        return g, None
+    d = scalar(decay, dtype)
+    new_t = g + d * t.astype(dtype)
+    direction = g + d * new_t if nesterov else new_t
+    return direction, new_t.astype(t.dtype)
+
+
+class Trace(AbstractOptimizer[TraceState]):
+    r"""Momentum: $t_k = g_k + \mu\,t_{k-1}$; the update is $t_k$, or with Nesterov
+    $g_k + \mu\,t_k$. Matches `optax.trace`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(
+            eqxopt.Trace(decay=0.9, nesterov=True), eqxopt.ScaleByLearningRate(0.1)
+        )
+        state = opt.init(params)
+        params, state = opt.step(params, grads, state)
+        # = eqxopt.SGD(0.1, momentum=0.9, nesterov=True)
+        ```
+    """
+
+    decay: ScalarLike
+    nesterov: bool = eqx.field(default=False, static=True)
+    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+
+    def __check_init__(self):
+        check_hyperparams(self, unit_interval=("decay",))
+
+    def init(self, params: Params) -> TraceState:
+        return TraceState(zeros_like(params, self.state_dtype))
+
+    def update(self, grads: Updates, state: TraceState, params=None, **extra):
+        decay = per_dtype(lambda dtype: scalar(self.decay, dtype))
+
+        def _leaf(g, t, p):
+            d = decay(compute_dtype(g.dtype, t.dtype))
+            direction, t = momentum_step(g, t, d, self.nesterov)
+            return pack(direction.astype(out_dtype(g, p)), t)
+
+        updates, trace = tree_map_unzip(
+            _leaf,
+            2,
+            grads,
+            state.trace,
+            params,
+            names=("grads", "state.trace", "params"),
+        )
+        return updates, TraceState(trace)
