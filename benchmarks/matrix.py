@@ -298,7 +298,7 @@ def decomposition_times(sizes, batch: int, repeats: int) -> None:
     """QR and `eigh` of `(n, n)` float32 matrices: one alone, and a stack of `batch`
     mapped by `jax.vmap` (a batched kernel) or by `lax.map` (a loop), in ms per
     matrix (medians of `repeats` calls, each blocked on). SOAP's refreshes map their
-    stacks by a loop on CPUs and GPUs (`eqxopt._matrix.linalg.batched_kernels`) on the
+    stacks by a loop on CPUs and GPUs (`eqxopt._matrix.spread.batched_kernels`) on the
     strength of these figures."""
     qr = lambda x: jnp.linalg.qr(x)[0]
     eigh = lambda x: jnp.linalg.eigh(x)[1]

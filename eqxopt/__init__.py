@@ -4,51 +4,36 @@ import importlib.metadata as _metadata
 
 from . import schedules as schedules
 from ._adam.acprop import AcProp as AcProp, AcPropState as AcPropState
-from ._adam.adam import (
-    Adam as Adam,
-    AdamState as AdamState,
-    AdamW as AdamW,
-    ScaleByAdam as ScaleByAdam,
-)
-from ._adam.adam_family import (
-    AdaBelief as AdaBelief,
+from ._adam.adabelief import AdaBelief as AdaBelief, ScaleByBelief as ScaleByBelief
+from ._adam.adam import Adam as Adam, AdamW as AdamW, ScaleByAdam as ScaleByAdam
+from ._adam.adamax import (
     Adamax as Adamax,
     AdamaxW as AdamaxW,
-    AMSGrad as AMSGrad,
-    AMSGradState as AMSGradState,
-    NAdam as NAdam,
-    NAdamW as NAdamW,
-    RAdam as RAdam,
     ScaleByAdamax as ScaleByAdamax,
-    ScaleByAmsgrad as ScaleByAmsgrad,
-    ScaleByBelief as ScaleByBelief,
-    ScaleByRadam as ScaleByRadam,
-    ScaleByYogi as ScaleByYogi,
-    Yogi as Yogi,
 )
-from ._adam.adan import (
-    AdaN as AdaN,
-    AdaNState as AdaNState,
-    ScaleByAdaN as ScaleByAdaN,
-)
+from ._adam.adan import AdaN as AdaN, AdaNState as AdaNState, ScaleByAdaN as ScaleByAdaN
 from ._adam.ademamix import AdEMAMix as AdEMAMix, AdEMAMixState as AdEMAMixState
 from ._adam.adopt import ADOPT as ADOPT, ADOPTState as ADOPTState
-from ._adam.lamb import (
-    Lamb as Lamb,
-    Lars as Lars,
-    LarsState as LarsState,
-    ScaleByTrustRatio as ScaleByTrustRatio,
+from ._adam.amsgrad import (
+    AMSGrad as AMSGrad,
+    AMSGradState as AMSGradState,
+    ScaleByAmsgrad as ScaleByAmsgrad,
 )
+from ._adam.base import AdamState as AdamState
+from ._adam.lamb import Lamb as Lamb
 from ._adam.mars import MARS as MARS, MARSState as MARSState
+from ._adam.nadam import NAdam as NAdam, NAdamW as NAdamW
 from ._adam.novograd import (
     Novograd as Novograd,
     NovogradState as NovogradState,
     ScaleByNovograd as ScaleByNovograd,
 )
+from ._adam.radam import RAdam as RAdam, ScaleByRadam as ScaleByRadam
 from ._adam.simplified_ademamix import (
     SimplifiedAdEMAMix as SimplifiedAdEMAMix,
     SimplifiedAdEMAMixState as SimplifiedAdEMAMixState,
 )
+from ._adam.yogi import ScaleByYogi as ScaleByYogi, Yogi as Yogi
 from ._adaptive.adadelta import (
     Adadelta as Adadelta,
     AdadeltaState as AdadeltaState,
@@ -169,11 +154,8 @@ from ._sgd.dpsgd import (
     DPSGDState as DPSGDState,
 )
 from ._sgd.fromage import Fromage as Fromage
-from ._sgd.lion import (
-    Lion as Lion,
-    LionState as LionState,
-    ScaleByLion as ScaleByLion,
-)
+from ._sgd.lars import Lars as Lars, LarsState as LarsState
+from ._sgd.lion import Lion as Lion, LionState as LionState, ScaleByLion as ScaleByLion
 from ._sgd.noisy_sgd import (
     AddNoise as AddNoise,
     AddNoiseState as AddNoiseState,
@@ -200,12 +182,17 @@ from ._sharding import (
 )
 from ._transforms.adaptive_grad_clip import AdaptiveGradClip as AdaptiveGradClip
 from ._transforms.centralize import Centralize as Centralize
-from ._transforms.clip import Clip as Clip, ClipByGlobalNorm as ClipByGlobalNorm
-from ._transforms.nonnegative import KeepParamsNonnegative as KeepParamsNonnegative
-from ._transforms.normalize import Normalize as Normalize
-from ._transforms.param_block import (
+from ._transforms.clip import (
+    Clip as Clip,
     ClipByBlockRms as ClipByBlockRms,
+    ClipByGlobalNorm as ClipByGlobalNorm,
+)
+from ._transforms.nonnegative import KeepParamsNonnegative as KeepParamsNonnegative
+from ._transforms.normalize import (
+    Normalize as Normalize,
     NormalizeByUpdateNorm as NormalizeByUpdateNorm,
+)
+from ._transforms.param_block import (
     ScaleByParamBlockNorm as ScaleByParamBlockNorm,
     ScaleByParamBlockRms as ScaleByParamBlockRms,
 )
@@ -219,12 +206,12 @@ from ._transforms.scale import (
     ScaleByLearningRate as ScaleByLearningRate,
 )
 from ._transforms.trace import Trace as Trace, TraceState as TraceState
+from ._transforms.trust_ratio import ScaleByTrustRatio as ScaleByTrustRatio
 from ._transforms.weight_decay import AddDecayedWeights as AddDecayedWeights
+from ._transforms.zero_nans import ZeroNans as ZeroNans, ZeroNansState as ZeroNansState
 from ._wrappers.apply_if_finite import (
     ApplyIfFinite as ApplyIfFinite,
     ApplyIfFiniteState as ApplyIfFiniteState,
-    ZeroNans as ZeroNans,
-    ZeroNansState as ZeroNansState,
 )
 from ._wrappers.cautious import Cautious as Cautious
 from ._wrappers.chain import Chain as Chain
@@ -238,15 +225,14 @@ from ._wrappers.lookahead import (
     Lookahead as Lookahead,
     LookaheadState as LookaheadState,
 )
-from ._wrappers.masked import (
-    Masked as Masked,
-    MaskedState as MaskedState,
-    Partition as Partition,
-    PartitionState as PartitionState,
-)
+from ._wrappers.masked import Masked as Masked, MaskedState as MaskedState
 from ._wrappers.multi_steps import (
     MultiSteps as MultiSteps,
     MultiStepsState as MultiStepsState,
+)
+from ._wrappers.partition import (
+    Partition as Partition,
+    PartitionState as PartitionState,
 )
 from ._wrappers.sam import SAM as SAM, SAMState as SAMState
 from ._wrappers.schedule_free import (

@@ -14,8 +14,17 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike
 
 from ._checks import need_params
-from ._misc import full_like_leaf, per_dtype, resolve, scalar, tree_map
-from ._transforms.weight_decay import decay_mask
+from ._custom_types import ScalarLike
+from ._filter_spec import decay_mask
+from ._misc import (
+    abs_sq,
+    compute_dtype,
+    full_like_leaf,
+    per_dtype,
+    resolve,
+    scalar,
+    tree_map,
+)
 
 
 def is_zero(value) -> bool:
@@ -128,3 +137,41 @@ def descent_of(opt, count: Array, params):
     need_params(opt, params, "for the weight decay")
     wd = resolve(opt.weight_decay, count)
     return descent(lr, wd), decay_mask(opt.mask, params)
+
+
+def momentum_step(g, t, decay, nesterov: bool):
+    """Heavy-ball momentum on one leaf, as `optax.trace`: returns (direction, trace).
+
+    `t` is `None` when there is no momentum. Arithmetic runs in at least float32.
+    """
+    dtype = compute_dtype(g.dtype, *(() if t is None else (t.dtype,)))
+    g = g.astype(dtype)
+    if t is None:
+        return g, None
+    d = scalar(decay, dtype)
+    new_t = g + d * t.astype(dtype)
+    direction = g + d * new_t if nesterov else new_t
+    return direction, new_t.astype(t.dtype)
+
+
+def _norm_at_least(x: Array, min_norm: ScalarLike) -> Array:
+    """$\\max(\\|x\\|_2, n_{\\min})$ (as `optax.safe_norm`, forward)."""
+    norm = jnp.sqrt(jnp.sum(abs_sq(x)))
+    floor = scalar(min_norm, norm.dtype)
+    return jnp.where(norm <= floor, floor, norm)
+
+
+def trust_ratio(
+    u: Array,
+    p: Array,
+    min_norm: ScalarLike = 0.0,
+    coefficient: ScalarLike = 1.0,
+    eps: ScalarLike = 0.0,
+) -> Array:
+    """$u \\cdot c\\,\\|p\\| / (\\|u\\| + \\epsilon)$, or $u$ where either norm is 0
+    (both norms floored at `min_norm`). `u` is in the compute dtype."""
+    p_norm = _norm_at_least(p.astype(u.dtype), min_norm)
+    u_norm = _norm_at_least(u, min_norm)
+    ratio = scalar(coefficient, u.dtype) * p_norm / (u_norm + scalar(eps, u.dtype))
+    ratio = jnp.where((p_norm == 0) | (u_norm == 0), jnp.ones_like(ratio), ratio)
+    return u * ratio

@@ -481,3 +481,16 @@ def replace_fields(module: eqx.Module, **changes) -> eqx.Module:
         [changes[n] for n in names],
         is_leaf=is_none,
     )
+
+
+def lowest_dtype(params):
+    """The lowest-precision float dtype among the params (Optax's choice for the
+    scalar state), float32 when there is none."""
+    dtypes = [
+        np.dtype(x.dtype)
+        for x in jtu.tree_leaves(params)
+        if is_param(x) and jnp.issubdtype(x.dtype, jnp.floating)
+    ]
+    if not dtypes:
+        return np.dtype(jnp.float32)
+    return min(dtypes, key=lambda d: (jnp.finfo(d).bits, jnp.finfo(d).nmant))

@@ -298,7 +298,8 @@ def test_spread_map_pads_and_groups(getkey):
     multiple of 8 and split, so each device runs one eigh per group (on CPU an
     unbatched one, see `test_stacks_issue_no_batched_lapack_call_on_cpu`), and every
     result is the unspread one."""
-    from eqxopt._matrix.linalg import eigh_basis, find_spread, spread_map
+    from eqxopt._matrix.linalg import eigh_basis
+    from eqxopt._matrix.spread import find_spread, spread_map
 
     def sym(key, n):
         a = jr.normal(key, (n, n), jnp.float64)
@@ -350,7 +351,7 @@ def test_stacks_issue_no_batched_lapack_call_on_cpu(spread, getkey):
     stack is mapped by a loop of unbatched LAPACK calls: a batched call (of a
     `vmap`-ed stack) schedules its matrices on XLA's intra-op thread pool and blocks
     its thread until they are done, which deadlocked a run of `benchmarks/lm.py`
-    (see `eqxopt._matrix.linalg.batched_kernels`)."""
+    (see `eqxopt._matrix.spread.batched_kernels`)."""
     params = {
         **_tree(getkey()),
         **{f"v{i}": w for i, w in enumerate(jax.tree.leaves(_tree(getkey(), size=8)))},
@@ -373,7 +374,7 @@ def test_stacks_issue_no_batched_lapack_call_on_cpu(spread, getkey):
 def test_soap_decompositions_loop_on_gpus(backend, monkeypatch, getkey):
     """On a GPU, where other stacks are `vmap`-ed, SOAP's eigh and QR still take one
     matrix per call, in a loop: the batched QR of GPUs' solver library was 12x slower
-    per matrix than a loop at 392x392 (see `eqxopt._matrix.linalg.batched_kernels`).
+    per matrix than a loop at 392x392 (see `eqxopt._matrix.spread.batched_kernels`).
     On a TPU they stay batched. The backend is simulated (only which kernels are called
     is checked, on this CPU)."""
     monkeypatch.setattr(jax, "default_backend", lambda: backend)
@@ -453,7 +454,8 @@ def test_spread_loops_hold_no_collectives(getkey):
     sharding constraints instead, XLA's partitioner all-reduced the predicate at
     every iteration of every loop, across all devices and processes.) The roots are
     the unspread ones."""
-    from eqxopt._matrix.linalg import find_spread, matrix_inverse_pth_root, spread_map
+    from eqxopt._matrix.linalg import matrix_inverse_pth_root
+    from eqxopt._matrix.spread import find_spread, spread_map
 
     def sym(key, n):
         a = jr.normal(key, (n, n), jnp.float64)

@@ -7,6 +7,7 @@ from jaxtyping import Array, Inexact, Int32, PyTree
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._filter_spec import decay_mask
 from .._kernels import descent
 from .._misc import (
     abs_sq,
@@ -23,7 +24,6 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .._transforms.weight_decay import decay_mask
 
 
 @typechecked

@@ -12,6 +12,7 @@ from jaxtyping import Array, Inexact, Int32, PyTree
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._filter_spec import decay_mask
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -28,7 +29,6 @@ from .._misc import (
     zeros_like,
     zeros_like_leaf,
 )
-from .._transforms.weight_decay import decay_mask
 
 
 @typechecked

@@ -11,7 +11,7 @@ from jaxtyping import Array, Inexact, Int32, PyTree
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
-from .._kernels import ema, full_like
+from .._kernels import ema, full_like, momentum_step
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -26,7 +26,6 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .._transforms.trace import momentum_step
 
 
 # Abstract fields: type checkers see a `ClassVar` (as equinox does for its

@@ -14,6 +14,7 @@ from jaxtyping import Array, Inexact, Int32, Key, PyTree
 from .._checks import check_hyperparams, need_extra, need_params
 from .._core.base import AbstractOptimizer, child_update, scalar_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._filter_spec import decay_mask
 from .._kernels import descent
 from .._misc import (
     compute_dtype,
@@ -32,8 +33,7 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .._sgd.noisy_sgd import _pack, _unpack
-from .._transforms.weight_decay import decay_mask
+from .._random import pack_key, unpack_key
 
 
 @typechecked
@@ -61,7 +61,7 @@ class HutchinsonState(eqx.Module):
     @property
     def key(self) -> Key[Array, ""]:
         """The PRNG key, as a typed key array (`jax.random.key`)."""
-        return _unpack(self.key_data, self.impl)
+        return unpack_key(self.key_data, self.impl)
 
 
 def _key_state(seed: Any) -> HutchinsonState:
@@ -73,7 +73,7 @@ def _key_state(seed: Any) -> HutchinsonState:
         key = seed
     else:  # a legacy raw key (`jax.random.PRNGKey`): the same bits
         key = jr.wrap_key_data(jnp.asarray(seed, jnp.uint32))
-    return HutchinsonState(*_pack(key))
+    return HutchinsonState(*pack_key(key))
 
 
 class HutchinsonEstimatorDiagHessian(AbstractOptimizer[HutchinsonState]):
@@ -150,7 +150,7 @@ class HutchinsonEstimatorDiagHessian(AbstractOptimizer[HutchinsonState]):
         product = tree_map(
             lambda z, h: z * h.astype(z.dtype), signs, hvp, names=("params", "hvp")
         )
-        return product, HutchinsonState(*_pack(key))
+        return product, HutchinsonState(*pack_key(key))
 
 
 HutchinsonEstimatorDiagHessian.__init__.__doc__ = r"""**Arguments:**

@@ -21,6 +21,7 @@ from .._core.base import (
     scalar_hyperparams,
 )
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._filter_spec import decay_mask
 from .._kernels import descent, is_zero
 from .._misc import (
     compute_dtype,
@@ -35,7 +36,6 @@ from .._misc import (
     typechecked,
     zero_count,
 )
-from .._transforms.weight_decay import decay_mask
 from .linalg import (
     check_dimension_numbers,
     check_every_k,

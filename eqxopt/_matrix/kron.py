@@ -17,6 +17,7 @@ from jaxtyping import Array, ArrayLike, Inexact, Int32, Key, PyTree
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._filter_spec import resolve_mask
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -32,10 +33,9 @@ from .._misc import (
     zero_count,
     zeros_like_leaf,
 )
-from .._sgd.noisy_sgd import _check_key, _pack, _unpack
-from .._wrappers.masked import resolve_mask
+from .._random import check_key, pack_key, unpack_key
 from ..schedules import AbstractSchedule
-from .linalg import (
+from .spread import (
     check_spread,
     find_spread,
     mesh_of,
@@ -151,7 +151,7 @@ class KronState(eqx.Module):
     @property
     def key(self) -> Key[Array, ""]:
         """The PRNG key, as a typed key array (`jax.random.key`)."""
-        return _unpack(self.key_data, self.impl)
+        return unpack_key(self.key_data, self.impl)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -499,7 +499,7 @@ class Kron(AbstractOptimizer[KronState]):
                     f"`Kron({name}=...)` must be a floating dtype or None, got "
                     f"{dtype!r}."
                 )
-        _check_key(self)
+        check_key(self)
         check_spread(self)
 
     # -- per-leaf facts ----------------------------------------------------------------
@@ -576,7 +576,7 @@ class Kron(AbstractOptimizer[KronState]):
             key = jr.key(int(key))
         elif not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
             key = jr.wrap_key_data(jnp.asarray(key, jnp.uint32))
-        data, impl = _pack(key)
+        data, impl = pack_key(key)
         return KronState(
             count=zero_count(),
             mu=jtu.tree_unflatten(treedef, mu),

@@ -17,6 +17,7 @@ from .._adam.adam import AdamW
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer, child_update, scalar_hyperparams
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._filter_spec import resolve_spec, select
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -34,17 +35,18 @@ from .._misc import (
     zero_count,
     zeros_like_leaf,
 )
-from .._wrappers.masked import resolve_spec, select
 from .linalg import (
     check_dimension_numbers,
+    matrix_view,
+    MatrixView,
+    newton_schulz as _newton_schulz,
+)
+from .spread import (
     check_spread,
     explicit_sharding,
     find_spread,
     gathered,
-    matrix_view,
-    MatrixView,
     mesh_of,
-    newton_schulz as _newton_schulz,
     replicate,
     Spread,
     spread_field,

@@ -25,19 +25,21 @@ from .._misc import (
 )
 from .linalg import (
     check_every_k,
-    check_spread,
     eigh_basis,
     every_k,
-    explicit_sharding,
-    find_spread,
-    gathered,
     gram,
     matrix_view,
     MatrixView,
-    mesh_of,
     project,
     project_back,
     qr_power_basis,
+)
+from .spread import (
+    check_spread,
+    explicit_sharding,
+    find_spread,
+    gathered,
+    mesh_of,
     replicate,
     spread_field,
     spread_map,

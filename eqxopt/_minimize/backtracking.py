@@ -17,13 +17,13 @@ from .linesearch import (
     AbstractLineSearchState,
     cast_like,
     evaluate,
+    init_state,
     LineSearchResult,
     scalar_dtype,
     slope,
     tree_select,
 )
 from .loop import while_loop
-from .zoom import init_state
 
 
 @typechecked

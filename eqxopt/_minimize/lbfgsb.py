@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import jax.tree_util as jtu
 from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
+from .._bounds import broadcast_bounds, project
 from .._checks import check_hyperparams, need_extra, need_params
 from .._core.base import scalar_hyperparams
 from .._custom_types import Params, Updates
@@ -18,11 +19,10 @@ from .._misc import (
     typechecked,
     zero_count,
 )
-from .._transforms.project import broadcast_bounds, project
-from .lbfgs import _after_search
 from .linesearch import (
     AbstractLineSearch,
     AbstractLineSearchOptimizer,
+    after_search,
     Evaluation,
     scalar_dtype,
     step_updates,
@@ -381,7 +381,7 @@ class LBFGSB(AbstractLineSearchOptimizer[LBFGSBState]):
             state.head,
             state.gamma,
         )
-        (s_mem, y_mem, rho, head, new_gamma), stalled, failed = _after_search(
+        (s_mem, y_mem, rho, head, new_gamma), stalled, failed = after_search(
             state, memory, new_params, params, grads, direction, ls_state, dtype
         )
         new_state = LBFGSBState(

@@ -28,6 +28,8 @@ from .._misc import (
     is_param,
     real_dtype,
     tree_map,
+    zero_count,
+    zeros_like,
 )
 
 
@@ -429,3 +431,82 @@ class AbstractLineSearch(AbstractLineSearchOptimizer[_L]):
         return Evaluation(
             state.value, state.grad, state.failed, state.num_evals, jnp.zeros((), bool)
         )
+
+
+def after_search(state, memory, new_params, params, grads, direction, ls_state, dtype):
+    """The memory after a line search (shared by LBFGS and LBFGSB): push the pair
+    `(new_params - params, new_grad - grads)`; a failed search drops the memory (the
+    next direction is steepest descent, scaled by the last gamma). Returns the new
+    `(s_memory, y_memory, rho_memory, head, gamma)` and the `stalled` / `failed`
+    flags: a failure with an empty memory along a direction below the params'
+    resolution, or along which a unit step's first-order decrease `|<g, d>|` is
+    below the loss's resolution (no trial can show a decrease that rounding does not
+    swamp), is the limit of precision, not an error."""
+    s = memory_difference(new_params, params)
+    y = memory_difference(ls_state.grad, grads)
+    s_mem, y_mem, rho, head, gamma = memory
+    s_mem, y_mem, rho, head, gamma = memory_push(
+        s_mem, y_mem, rho, head, gamma, s, y, dtype
+    )
+    ls_failed = ls_state.failed
+    was_empty = jnp.all(state.rho_memory == 0)
+    rho = select(ls_failed, jnp.zeros_like(rho), rho)
+    # On failure the search's `value` is the loss at `params`.
+    f0 = jnp.abs(ls_state.value.astype(dtype))
+    flat = jnp.abs(tree_vdot(grads, direction, dtype)) <= 4 * jnp.finfo(dtype).eps * f0
+    stalled = ls_failed & was_empty & (below_resolution(direction, params) | flat)
+    failed = ls_failed & was_empty & ~stalled
+    return (s_mem, y_mem, rho, head, gamma), stalled, failed
+
+
+def init_state(cls, params, state_dtype=None):
+    dtype = store_dtype(params, state_dtype)
+    return cls(
+        step_size=jnp.ones((), dtype),
+        value=jnp.full((), jnp.inf, dtype),
+        grad=zeros_like(params, state_dtype),
+        num_evals=zero_count(),
+        failed=jnp.zeros((), bool),
+        result=concrete_item(LineSearchResult.successful),
+    )
+
+
+def memory_push(state_s, state_y, rho, head, gamma, s, y, dtype):
+    """Write the pair `(s, y)` at `head` if its curvature `<s, y>` is safely positive
+    (skipping it otherwise, so the approximation stays positive definite)."""
+    sy = tree_vdot(y, s, dtype)
+    yy = tree_vdot(y, y, dtype)
+    eps = jnp.finfo(dtype).eps
+    valid = jnp.isfinite(sy) & jnp.isfinite(yy) & (sy > eps * yy) & (yy > 0)
+    safe_sy = select(valid, sy, 1)
+    safe_yy = select(valid, yy, 1)
+
+    def push(buf, x):  # `head` is in range
+        return put(buf, select(valid, x, index(buf, head)), head)
+
+    def write(memory, new):
+        return tree_map(
+            lambda buf, x: push(buf, x.astype(buf.dtype)),
+            memory,
+            new,
+            names=("memory", "pair"),
+        )
+
+    m = rho.shape[0]
+    new_rho = push(rho, (1 / safe_sy).astype(rho.dtype))
+    new_gamma = select(valid, (safe_sy / safe_yy).astype(gamma.dtype), gamma)
+    new_head = select(valid, lax.rem(head + 1, jnp.int32(m)), head)
+    return write(state_s, s), write(state_y, y), new_rho, new_head, new_gamma
+
+
+def memory_difference(a, b):
+    """`a - b` per leaf, in the compute dtype."""
+    return tree_map(
+        lambda x, y: (
+            x.astype(compute_dtype(x.dtype, y.dtype))
+            - y.astype(compute_dtype(x.dtype, y.dtype))
+        ),
+        a,
+        b,
+        names=("a", "b"),
+    )

@@ -18,6 +18,12 @@ from jax._src.core import trace_state_clean  # whether any JAX trace is active
 from jax.core import Tracer
 from jaxtyping import Array, Bool, Int32, PyTree
 
+from .._bounds import (
+    broadcast_bounds,
+    check_bounds,
+    project,
+    project_leaf,
+)
 from .._core.base import AbstractOptimizer
 from .._misc import (
     compute_dtype,
@@ -26,12 +32,6 @@ from .._misc import (
     real_dtype,
     strong,
     tree_map,
-)
-from .._transforms.project import (
-    broadcast_bounds,
-    check_bounds,
-    project,
-    project_leaf,
 )
 from .lbfgsb import LBFGSB
 from .linesearch import AbstractLineSearchOptimizer, cast, conj, select

@@ -11,21 +11,18 @@ from .._custom_types import Params, ScalarLike
 from .._misc import (
     scalar,
     typechecked,
-    zero_count,
-    zeros_like,
 )
 from .linesearch import (
     AbstractLineSearch,
     AbstractLineSearchState,
     cast,
     cast_like,
-    concrete_item,
     evaluate,
+    init_state,
     LineSearchResult,
     scalar_dtype,
     select,
     slope,
-    store_dtype,
     tree_select,
 )
 from .loop import while_loop
@@ -70,18 +67,6 @@ class ZoomState(AbstractLineSearchState):
     num_evals: Int32[Array, ""]
     failed: Bool[Array, ""]
     result: LineSearchResult
-
-
-def init_state(cls, params, state_dtype=None):
-    dtype = store_dtype(params, state_dtype)
-    return cls(
-        step_size=jnp.ones((), dtype),
-        value=jnp.full((), jnp.inf, dtype),
-        grad=zeros_like(params, state_dtype),
-        num_evals=zero_count(),
-        failed=jnp.zeros((), bool),
-        result=concrete_item(LineSearchResult.successful),
-    )
 
 
 def _cubicmin(a, fa, fpa, b, fb, c, fc):

@@ -8,6 +8,7 @@ from jaxtyping import Array, Float, Inexact, Int32, PyTree
 from .._checks import check_hyperparams, concrete_scalar, need_params
 from .._core.base import AbstractOptimizer
 from .._custom_types import FilterSpec, Params, ScalarLike, ScalarOrSchedule, Updates
+from .._filter_spec import decay_mask
 from .._kernels import add_decay
 from .._misc import (
     abs_sq,
@@ -27,7 +28,6 @@ from .._misc import (
     typechecked,
     zero_count,
 )
-from .._transforms.weight_decay import decay_mask
 
 
 _INIT_STEPS = ("distance", "learning_rate", "heuristic")

@@ -21,6 +21,7 @@ from .._misc import (
     compute_dtype,
     increment,
     is_param,
+    lowest_dtype,
     out_dtype,
     pack,
     real_dtype,
@@ -33,7 +34,6 @@ from .._misc import (
     typechecked,
     zero_count,
 )
-from .prodigy import _lowest_dtype
 
 
 @typechecked
@@ -134,7 +134,7 @@ class Mechanize(AbstractOptimizer[MechanizeState]):
         )
 
     def init(self, params: Params) -> MechanizeState:
-        dtype = _lowest_dtype(params)
+        dtype = lowest_dtype(params)
         zeros = jnp.zeros((self.num_betas,), dtype)
         return MechanizeState(
             self.base_optimizer.init(params),

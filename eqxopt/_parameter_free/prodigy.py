@@ -18,6 +18,7 @@ from .._misc import (
     compute_dtype,
     increment,
     is_param,
+    lowest_dtype,
     out_dtype,
     pack,
     real_dtype,
@@ -63,19 +64,6 @@ class ProdigyState(eqx.Module):
     params0: PyTree[Inexact[Array, "..."]]
     estim_lr: Float[Array, ""]
     numerator_weighted: Float[Array, ""]
-
-
-def _lowest_dtype(params):
-    """The lowest-precision float dtype among the params (Optax's choice for the
-    scalar state), float32 when there is none."""
-    dtypes = [
-        np.dtype(x.dtype)
-        for x in jtu.tree_leaves(params)
-        if is_param(x) and jnp.issubdtype(x.dtype, jnp.floating)
-    ]
-    if not dtypes:
-        return np.dtype(jnp.float32)
-    return min(dtypes, key=lambda d: (jnp.finfo(d).bits, jnp.finfo(d).nmant))
 
 
 class Prodigy(AbstractOptimizer[ProdigyState]):
@@ -157,7 +145,7 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
         scalar_dtype = (
             np.dtype(self.state_dtype)
             if self.state_dtype is not None
-            else _lowest_dtype(params)
+            else lowest_dtype(params)
         )
         return ProdigyState(
             zero_count(),

@@ -24,7 +24,7 @@ from .._misc import (
     scalar,
     typechecked,
 )
-from .noisy_sgd import _check_key, _pack, _unpack
+from .._random import check_key, pack_key, unpack_key
 from .sgd import SGD, SGDState
 
 
@@ -60,7 +60,7 @@ class DifferentiallyPrivateAggregateState(eqx.Module):
     @property
     def key(self) -> Key[Array, ""]:
         """The PRNG key, as a typed key array (`jax.random.key`)."""
-        return _unpack(self.key_data, self.impl)
+        return unpack_key(self.key_data, self.impl)
 
 
 def _initial_key(key: Any) -> DifferentiallyPrivateAggregateState:
@@ -72,7 +72,7 @@ def _initial_key(key: Any) -> DifferentiallyPrivateAggregateState:
         key = jr.key(int(key))
     elif not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jr.wrap_key_data(jnp.asarray(key, jnp.uint32))
-    data, impl = _pack(key)
+    data, impl = pack_key(key)
     return DifferentiallyPrivateAggregateState(data, impl)
 
 
@@ -136,7 +136,7 @@ def _aggregate(opt, grads, state: DifferentiallyPrivateAggregateState, params):
             noise = noise * scalar(np.sqrt(2.0), real_dtype(ldt))
         u = (clipped + std.astype(ldt) * noise) / jnp.asarray(batch, ldt)
         out.append(u.astype(out_dtype(g, p if is_param(p) else None)))
-    data, impl = _pack(new_key)
+    data, impl = pack_key(new_key)
     return jtu.tree_unflatten(treedef, out), DifferentiallyPrivateAggregateState(
         data, impl
     )
@@ -202,7 +202,7 @@ class DifferentiallyPrivateAggregate(
 
     def __check_init__(self):
         check_hyperparams(self, nonnegative=("l2_norm_clip", "noise_multiplier"))
-        _check_key(self)
+        check_key(self)
 
     def init(self, params: Params) -> DifferentiallyPrivateAggregateState:
         return _initial_key(self.key)

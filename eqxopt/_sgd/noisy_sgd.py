@@ -4,7 +4,6 @@ from typing import Any
 
 import equinox as eqx
 import jax
-import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
@@ -26,6 +25,7 @@ from .._misc import (
     typechecked,
     zero_count,
 )
+from .._random import check_key, pack_key, unpack_key
 
 
 @typechecked
@@ -59,36 +59,7 @@ class AddNoiseState(eqx.Module):
     @property
     def key(self) -> Key[Array, ""]:
         """The PRNG key, as a typed key array (`jax.random.key`)."""
-        return _unpack(self.key_data, self.impl)
-
-
-def _pack(key) -> tuple[Array, str]:
-    return lax.bitcast_convert_type(jr.key_data(key), jnp.int32), str(jr.key_impl(key))
-
-
-def _unpack(data: Array, impl: str) -> Array:
-    return jr.wrap_key_data(lax.bitcast_convert_type(data, jnp.uint32), impl=impl)
-
-
-def _check_key(opt) -> None:
-    key = opt.key
-    if key is None or (
-        isinstance(key, (int, np.integer)) and not isinstance(key, bool)
-    ):
-        return
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
-        if key.shape != ():
-            raise ValueError(
-                f"`{type(opt).__name__}(key=...)` must be a single key, got a key "
-                f"array of shape {key.shape}."
-            )
-        return
-    if isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32:
-        return  # a legacy raw key (`jax.random.PRNGKey`)
-    raise ValueError(
-        f"`{type(opt).__name__}(key=...)` must be an int seed or a `jax.random.key`, "
-        f"got {key!r}."
-    )
+        return unpack_key(self.key_data, self.impl)
 
 
 def _init_state(key: Any) -> AddNoiseState:
@@ -98,7 +69,7 @@ def _init_state(key: Any) -> AddNoiseState:
         key = jr.key(int(key))
     elif not jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         key = jr.wrap_key_data(jnp.asarray(key, jnp.uint32))
-    data, impl = _pack(key)
+    data, impl = pack_key(key)
     return AddNoiseState(zero_count(), data, impl)
 
 
@@ -133,7 +104,7 @@ def _noisy(opt, grads, state: AddNoiseState, params, lr):
             u = u * -scalar(lr, dtype)
         out.append(u.astype(out_dtype(g, p if is_param(p) else None)))
     updates = jtu.tree_unflatten(treedef, out)
-    data, impl = _pack(new_key)
+    data, impl = pack_key(new_key)
     return updates, AddNoiseState(count, data, impl)
 
 
@@ -184,7 +155,7 @@ class AddNoise(AbstractOptimizer[AddNoiseState]):
 
     def __check_init__(self):
         check_hyperparams(self, nonnegative=("eta", "gamma"))
-        _check_key(self)
+        check_key(self)
 
     def init(self, params: Params) -> AddNoiseState:
         return _init_state(self.key)
@@ -243,7 +214,7 @@ class NoisySGD(AbstractOptimizer[AddNoiseState]):
 
     def __check_init__(self):
         check_hyperparams(self, nonnegative=("learning_rate", "eta", "gamma"))
-        _check_key(self)
+        check_key(self)
 
     def init(self, params: Params) -> AddNoiseState:
         return _init_state(self.key)

@@ -5,6 +5,7 @@ from jaxtyping import Array, Inexact, Int32, PyTree
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
+from .._kernels import momentum_step
 from .._misc import (
     compute_dtype,
     increment,
@@ -18,7 +19,6 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .._transforms.trace import momentum_step
 
 
 @typechecked

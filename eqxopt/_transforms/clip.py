@@ -1,9 +1,12 @@
+"""Clipping: `Clip` (elementwise), `ClipByGlobalNorm` and `ClipByBlockRms`."""
+
 import jax.numpy as jnp
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer, EmptyState
 from .._custom_types import Params, ScalarLike, Updates
 from .._misc import (
+    abs_sq,
     clip_magnitude,
     compute_dtype,
     global_norm,
@@ -99,3 +102,51 @@ class ClipByGlobalNorm(AbstractOptimizer[EmptyState]):
             return jnp.where(n < c, g32, (g32 / n) * c).astype(out_dtype(g, p))
 
         return tree_map(_leaf, grads, params, names=("grads", "params")), state
+
+
+class ClipByBlockRms(AbstractOptimizer[EmptyState]):
+    r"""Clip each leaf's update to a root mean square of at most `threshold`:
+    $u \mapsto u / \max(1, \operatorname{rms}(u) / c)$. Matches
+    `optax.clip_by_block_rms`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
+        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
+        opt = eqxopt.Chain(eqxopt.ClipByBlockRms(0.1), eqxopt.SGD(1.0))
+        updates, state = opt.update(grads, opt.init(params))
+        rms = jnp.sqrt(jnp.mean(updates["b"] ** 2))
+        assert rms <= 0.1 + 1e-6  # each leaf clipped to an RMS of at most 0.1
+        ```
+    """
+
+    threshold: ScalarLike
+
+    def __check_init__(self):
+        check_hyperparams(self, positive=("threshold",))
+
+    def init(self, params: Params) -> EmptyState:
+        return EmptyState()
+
+    def update(self, grads: Updates, state: EmptyState, params=None, **extra):
+        def _leaf(g, p):
+            dtype = compute_dtype(g.dtype)
+            g32 = g.astype(dtype)
+            rms = jnp.sqrt(jnp.mean(abs_sq(g32)))
+            denom = jnp.maximum(
+                jnp.ones((), rms.dtype), rms / scalar(self.threshold, rms.dtype)
+            )
+            return (g32 / denom.astype(dtype)).astype(out_dtype(g, p))
+
+        return tree_map(_leaf, grads, params, names=("grads", "params")), state
+
+
+ClipByBlockRms.__init__.__doc__ = r"""**Arguments:**
+
+- `threshold`: $c > 0$, the largest root mean square of a leaf's update.
+"""

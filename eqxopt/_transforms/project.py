@@ -1,139 +1,16 @@
-"""Box constraints: broadcasting `(lower, upper)` bounds over params, the projection
-onto the box, and the `ProjectBox` transform."""
+"""`ProjectBox`: keep params inside a box while training (`P(p + u) - p`)."""
 
 from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-import jax.tree_util as jtu
 import numpy as np
 from jax.core import Tracer
-from jaxtyping import Array, PyTree
 
+from .._bounds import broadcast_bounds, check_bound_values, project_leaf
 from .._core.base import AbstractOptimizer, EmptyState
 from .._custom_types import Params, Updates
-from .._misc import is_param, out_dtype, real_dtype, tree_map
-
-
-def _full(bound, leaf, fill) -> Array:
-    """`bound` (None, a scalar or an array broadcastable to `leaf`) as an array of
-    `leaf`'s shape and real dtype; `None` means `fill` (+-inf)."""
-    dtype = real_dtype(leaf.dtype)
-    if bound is None:
-        return jnp.full(leaf.shape, fill, dtype)
-    return jnp.broadcast_to(jnp.asarray(bound).astype(dtype), leaf.shape)
-
-
-def _view(bound, leaf, fill) -> np.ndarray | None:
-    """`bound` broadcast to `leaf`'s shape as a NumPy view (no copy, no JAX
-    operation); None for an open side or a traced bound, whose values are unknown."""
-    if bound is None or isinstance(bound, Tracer):
-        return None
-    return np.broadcast_to(np.asarray(bound), leaf.shape)
-
-
-def _per_param(bounds, params, what: str, leaf_fn) -> list:
-    """For each side of `bounds`, `leaf_fn(bound, leaf, fill)` at every param leaf,
-    with the bound of the subtree the leaf sits in."""
-    if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2):
-        raise ValueError(f"`{what}` must be a pair `(lower, upper)`, got {bounds!r}.")
-    out = []
-    for side, bound, fill in (
-        ("lower", bounds[0], -jnp.inf),
-        ("upper", bounds[1], jnp.inf),
-    ):
-
-        def per_subtree(b, sub, fill=fill):
-            return tree_map(lambda p: leaf_fn(b, p, fill), sub)
-
-        try:
-            full = jtu.tree_map(per_subtree, bound, params, is_leaf=lambda x: x is None)
-        except ValueError as e:
-            raise ValueError(
-                f"`{what}`: `{side}` must be a PyTree prefix of the params (`y0`): a "
-                "scalar, an array, None, or a tree whose structure matches the "
-                f"params' top levels. ({e})"
-            ) from None
-        out.append(full)
-    return out
-
-
-def check_bound_values(bounds: tuple[Any, Any], *, what: str) -> None:
-    """The checks that need no params: every leaf of each side is real (a complex or
-    non-numeric bound raises) and, where concrete, not NaN (NaN compares false with
-    everything, so it would leave its side open). Each error names the side and the
-    leaf's path in it."""
-    for side, bound in zip(("lower", "upper"), bounds):
-        for path, b in jtu.tree_flatten_with_path(bound)[0]:
-            at = jtu.keystr(path) or "the params"
-            dtype = b.dtype if hasattr(b, "dtype") else np.asarray(b).dtype
-            if jnp.issubdtype(dtype, jnp.complexfloating):
-                kind = "complex"
-            elif not (jnp.issubdtype(dtype, jnp.number) or dtype == bool):
-                kind = str(dtype)
-            else:
-                kind = None
-            if kind is not None:
-                raise ValueError(
-                    f"`{what}`: box bounds must be real, got a {kind} `{side}` bound "
-                    f"at {at}."
-                )
-            if not isinstance(b, Tracer) and np.any(np.isnan(np.asarray(b))):
-                raise ValueError(
-                    f"`{what}`: a NaN `{side}` bound at {at} (an open side is None or "
-                    "+-inf)."
-                )
-
-
-def check_bounds(bounds: tuple[Any, Any], params: Params, *, what: str = "bounds"):
-    """The checks of [`broadcast_bounds`][] (without building its arrays: NumPy views
-    of the concrete bounds, no JAX operation, cheap enough for every eager call)."""
-    if isinstance(bounds, (tuple, list)) and len(bounds) == 2:
-        # Before the walk, which would report a complex bound as no prefix.
-        check_bound_values(bounds, what=what)
-    lower, upper = _per_param(bounds, params, what, _view)
-    for path, p in jtu.tree_flatten_with_path(params)[0]:
-        if is_param(p) and jnp.iscomplexobj(p):
-            raise ValueError(
-                f"`{what}`: box bounds need real params; the param at "
-                f"{jtu.keystr(path) or 'the params'} is complex."
-            )
-    flat_l = jtu.tree_flatten_with_path(lower, is_leaf=lambda x: x is None)[0]
-    flat_u = jtu.tree_leaves(upper, is_leaf=lambda x: x is None)
-    for (path, lo), up in zip(flat_l, flat_u):
-        if lo is not None and up is not None and np.any(lo > up):
-            raise ValueError(
-                f"`{what}`: lower > upper at {jtu.keystr(path) or 'the params'} (a box "
-                "needs lower <= upper)."
-            )
-
-
-def broadcast_bounds(
-    bounds: tuple[Any, Any], params: Params, *, what: str = "bounds"
-) -> tuple[PyTree[Array], PyTree[Array]]:
-    """`(lower, upper)`, each a PyTree prefix of `params` (a scalar or array bounds
-    every element of the subtree it sits over; `None` or +-inf leaves a side open), as
-    two trees of `params`' structure with one array per inexact param leaf (None
-    elsewhere). Raises a `ValueError` naming the leaf where `lower > upper` or a
-    bound is NaN, for
-    complex params, and when a bound is not a prefix of `params`."""
-    check_bounds(bounds, params, what=what)
-    lower, upper = _per_param(bounds, params, what, _full)
-    return lower, upper
-
-
-def project_leaf(x: Array, lo: Array, up: Array) -> Array:
-    """`x` clipped to `[lo, up]`, in `x`'s dtype. Inside the closed box (ties
-    included) its derivative is 1, outside 0 (`jnp.clip` would give 1/2 at a tie)."""
-    lo, up = lo.astype(x.dtype), up.astype(x.dtype)
-    return jnp.where(x < lo, lo, jnp.where(x > up, up, x))
-
-
-def project(params: Params, lower: PyTree[Array], upper: PyTree[Array]) -> Params:
-    """The projection of `params` onto the box (bounds from `broadcast_bounds`)."""
-    return tree_map(
-        project_leaf, params, lower, upper, names=("params", "lower", "upper")
-    )
+from .._misc import out_dtype, tree_map
 
 
 class ProjectBox(AbstractOptimizer[EmptyState]):

@@ -5,6 +5,7 @@ from jaxtyping import Array, Inexact, PyTree
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
 from .._custom_types import Params, ScalarLike, Updates
+from .._kernels import momentum_step
 from .._misc import (
     compute_dtype,
     out_dtype,
@@ -38,21 +39,6 @@ class TraceState(eqx.Module):
     """
 
     trace: PyTree[Inexact[Array, "..."]]
-
-
-def momentum_step(g, t, decay, nesterov: bool):
-    """Heavy-ball momentum on one leaf, as `optax.trace`: returns (direction, trace).
-
-    `t` is `None` when there is no momentum. Arithmetic runs in at least float32.
-    """
-    dtype = compute_dtype(g.dtype, *(() if t is None else (t.dtype,)))
-    g = g.astype(dtype)
-    if t is None:
-        return g, None
-    d = scalar(decay, dtype)
-    new_t = g + d * t.astype(dtype)
-    direction = g + d * new_t if nesterov else new_t
-    return direction, new_t.astype(t.dtype)
 
 
 class Trace(AbstractOptimizer[TraceState]):

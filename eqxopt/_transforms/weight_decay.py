@@ -1,6 +1,7 @@
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer, CountState
 from .._custom_types import FilterSpec, Params, ScalarOrSchedule, Updates
+from .._filter_spec import decay_mask
 from .._misc import (
     compute_dtype,
     increment,
@@ -8,18 +9,10 @@ from .._misc import (
     out_dtype,
     per_dtype,
     resolve,
-    resolve_filter_spec,
     scalar,
     tree_map,
     zero_count,
 )
-
-
-def decay_mask(mask: FilterSpec | None, params: Params):
-    """A tree of bools (one per param leaf) from a weight-decay filter spec."""
-    if mask is None:
-        return None
-    return resolve_filter_spec(mask, params, what="weight-decay `mask`", bools=True)
 
 
 class AddDecayedWeights(AbstractOptimizer[CountState]):

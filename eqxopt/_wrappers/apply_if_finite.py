@@ -1,5 +1,5 @@
-"""NaN handling: `ZeroNans` (replace NaNs in the grads by zero) and `ApplyIfFinite`
-(skip the inner optimizer on non-finite grads)."""
+"""`ApplyIfFinite`: skip the inner optimizer on a step whose grads are not finite,
+and give up after `max_consecutive_errors` such steps in a row."""
 
 from typing import Any
 
@@ -7,7 +7,7 @@ import equinox as eqx
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jaxtyping import Array, Bool, Int32, PyTree
+from jaxtyping import Array, Bool, Int32
 
 from .._core.base import (
     AbstractOptimizer,
@@ -18,53 +18,11 @@ from .._core.base import (
 from .._custom_types import Params, Updates
 from .._misc import (
     increment,
-    is_none,
     is_param,
-    out_dtype,
-    tree_map,
     typechecked,
     zero_count,
-    zeros_like_leaf,
 )
-
-
-def zero_updates(grads, params):
-    """Zero updates: one per optimised leaf of `grads`, in the param's dtype (API rule
-    4; the grad's without `params`), `None` at every other leaf."""
-    return tree_map(
-        lambda g, p: zeros_like_leaf(g, out_dtype(g, p)),
-        grads,
-        params,
-        names=("grads", "params"),
-    )
-
-
-def like_zero_updates(updates, zeros, wrapper: str):
-    """The wrapped optimizer's `updates`, checked against (and cast to the dtypes of)
-    the zero updates a wrapper returns when it skips, so that both `lax.cond` branches
-    have the same types. Leaves that are not optimised map to `None`."""
-    if jtu.tree_structure(updates, is_leaf=is_none) != jtu.tree_structure(
-        zeros, is_leaf=is_none
-    ):
-        raise ValueError(
-            f"`{wrapper}`: the wrapped optimizer returned updates whose tree structure "
-            "differs from the grads': "
-            f"{jtu.tree_structure(updates, is_leaf=is_none)} vs "
-            f"{jtu.tree_structure(zeros, is_leaf=is_none)}."
-        )
-
-    def _leaf(u, z):
-        if z is None:
-            return None
-        if u is None or jnp.shape(u) != z.shape:
-            raise ValueError(
-                f"`{wrapper}`: the wrapped optimizer returned an update of shape "
-                f"{None if u is None else jnp.shape(u)} for a param leaf of shape "
-                f"{z.shape}."
-            )
-        return u.astype(z.dtype)
-
-    return jtu.tree_map(_leaf, updates, zeros, is_leaf=is_none)
+from .base import like_zero_updates, zero_updates
 
 
 def skip_or_apply(apply: Array, fn, grads, params, state, wrapper: str):
@@ -86,75 +44,6 @@ def skip_or_apply(apply: Array, fn, grads, params, state, wrapper: str):
 
 
 # --- ZeroNans ----------------------------------------------------------------------
-
-
-@typechecked
-class ZeroNansState(eqx.Module):
-    """State of [`eqxopt.ZeroNans`][]: one bool per param leaf, `True` if the grads of
-    that leaf contained a NaN at the last update.
-
-    !!! Example
-
-        ```python
-        import jax.numpy as jnp
-
-        import eqxopt
-
-        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
-        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
-        opt = eqxopt.ZeroNans()
-        bad = {"w": grads["w"].at[0, 0].set(jnp.nan), "b": grads["b"]}
-        updates, state = opt.update(bad, opt.init(params))
-        assert state.found_nan["w"] and not state.found_nan["b"]
-        ```
-    """
-
-    found_nan: PyTree[Bool[Array, ""]]
-
-
-class ZeroNans(AbstractOptimizer[ZeroNansState]):
-    r"""Replace every NaN in the incoming updates by zero:
-    $u \mapsto \mathbb{1}[\lnot\mathrm{isnan}(u)]\, u$.
-
-    The state records, per leaf, whether a NaN was seen at the last update (a `bool`,
-    always: the flags never turn into numbers, whatever wraps this transform).
-    Matches `optax.zero_nans`.
-
-    Inside [`eqxopt.MultiSteps`][] it sees the *mean* of a window's gradients, so a
-    NaN in any micro-batch zeroes that entry for the whole window; put it outside
-    (`Chain(ZeroNans(), MultiSteps(...))`) to drop single micro-batch entries instead.
-
-    !!! Example
-
-        ```python
-        import jax.numpy as jnp
-
-        import eqxopt
-
-        params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
-        grads = {"w": jnp.full((2, 3), 0.5), "b": jnp.array([1.0, -1.0, 0.0])}
-        opt = eqxopt.Chain(eqxopt.ZeroNans(), eqxopt.Adam(1e-3))
-        state = opt.init(params)
-        bad = {"w": grads["w"].at[0, 0].set(jnp.nan), "b": grads["b"]}
-        params, state = opt.step(params, bad, state)  # the NaN counts as a zero grad
-        assert state[0].found_nan["w"] and not jnp.isnan(params["w"]).any()
-        ```
-    """
-
-    def init(self, params: Params) -> ZeroNansState:
-        return ZeroNansState(tree_map(lambda p: jnp.zeros((), jnp.bool_), params))
-
-    def update(self, grads: Updates, state: ZeroNansState, params=None, **extra):
-        found_nan = tree_map(lambda g: jnp.any(jnp.isnan(g)), grads)
-
-        def _leaf(g, p):
-            return jnp.where(jnp.isnan(g), jnp.zeros_like(g), g).astype(out_dtype(g, p))
-
-        updates = tree_map(_leaf, grads, params, names=("grads", "params"))
-        return updates, ZeroNansState(found_nan)
-
-
-ZeroNans.__init__.__doc__ = """**Arguments:** none."""
 
 
 # --- ApplyIfFinite -----------------------------------------------------------------

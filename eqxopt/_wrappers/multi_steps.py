@@ -28,7 +28,7 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .apply_if_finite import like_zero_updates, zero_updates
+from .base import like_zero_updates, zero_updates
 
 
 @typechecked

@@ -1,0 +1,373 @@
+"""Spreading the matrix optimizers' per-matrix work over a mesh.
+
+- [`find_spread`][], [`spread_map`][], [`map_stack`][]: the per-matrix work of
+    different leaves, stacked by shape (one copy per shape in the compiled program;
+    `vmap`-ed on accelerators, a `lax.map` loop on CPU) and split over the devices
+    of the params' mesh (the `spread` option of SOAP, Shampoo, Kron, Muon and
+    NorMuon);
+- [`explicit_sharding`][], [`gathered`][], [`take`][]: what ops whose output sharding
+    cannot be inferred need on `Explicit` mesh axes.
+"""
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array
+
+
+def explicit_sharding(x: Any) -> Any:
+    """`x`'s sharding if `x` is a traced array sharded over `Explicit` mesh axes
+    (sharding in types), else `None`. With `Auto` axes the types carry no sharding
+    and GSPMD places every op itself; with `Explicit` axes an op whose output
+    sharding cannot be inferred (a gather along a sharded axis, a `where` of
+    differently sharded operands) must be given one: the callers pass this one
+    back (`x.at[...].get(out_sharding=...)`, `jax.sharding.reshard`)."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    if spec is None or all(s is None for s in spec):
+        return None
+    mesh = getattr(sharding, "mesh")
+    if not any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return None
+    return sharding
+
+
+def gathered(x: Array) -> Array:
+    """`x` replicated over its mesh if it is sharded over `Explicit` mesh axes (see
+    [`explicit_sharding`][]), else `x` unchanged (with `Auto` axes GSPMD decides)."""
+    sharding = explicit_sharding(x)
+    if sharding is None:
+        return x
+    whole = jax.sharding.NamedSharding(sharding.mesh, jax.sharding.PartitionSpec())
+    return jax.sharding.reshard(x, whole)
+
+
+def take(x: Array, indices: Array, axis: int) -> Array:
+    """`jnp.take(x, indices, axis=axis)` for a permutation `indices`, keeping `x`'s
+    sharding when it is sharded over `Explicit` mesh axes (where a gather along a
+    sharded axis needs an output sharding)."""
+    sharding = explicit_sharding(x)
+    if sharding is None:
+        return jnp.take(x, indices, axis=axis)
+    index = (slice(None),) * axis + (indices,)
+    return x.at[index].get(out_sharding=sharding)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spread:
+    """Where [`spread_map`][] puts its stacks: the mesh (abstract, from the params'
+    types) and the mesh axes whose devices share the stacked matrices."""
+
+    mesh: Any
+    axes: tuple[str, ...]
+
+    @property
+    def size(self) -> int:
+        """The number of devices a stack is split over."""
+        return math.prod(int(self.mesh.shape[a]) for a in self.axes)
+
+
+def _to_axes(value):
+    """A list of mesh axis names becomes a tuple (static fields must be hashable)."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def spread_field() -> Any:
+    """The `spread` field of the matrix optimizers (static, default `True`)."""
+    return eqx.field(default=True, static=True, converter=_to_axes)
+
+
+def check_spread(opt, name: str = "spread") -> None:
+    """Check a `spread` option at construction: a bool, a mesh axis name, or a tuple
+    of distinct names. Raises a `ValueError` naming the field."""
+    value = getattr(opt, name)
+    if isinstance(value, bool):
+        return
+    names = (value,) if isinstance(value, str) else value
+    if (
+        not isinstance(names, tuple)
+        or not names
+        or not all(isinstance(a, str) for a in names)
+        or len(set(names)) != len(names)
+    ):
+        raise ValueError(
+            f"`{type(opt).__name__}({name}=...)` must be True, False, a mesh axis "
+            f"name or a tuple of distinct mesh axis names, got {value!r}."
+        )
+
+
+def mesh_of(leaves: Sequence[Any]) -> Any:
+    """The (abstract) mesh of the traced `leaves`: the one in their types
+    (`jax.typeof(x).sharding.mesh`, present under `jit` whenever they are on a mesh,
+    with `Auto` or `Explicit` axes), else the context mesh (`jax.set_mesh`); `None`
+    outside a trace or without a mesh."""
+    traced = [x for x in leaves if isinstance(x, jax.core.Tracer)]  # pyright: ignore
+    if not traced:
+        return None
+    for x in traced:
+        candidate = getattr(getattr(jax.typeof(x), "sharding", None), "mesh", None)
+        if candidate is not None and candidate.axis_names:
+            return candidate
+    candidate = jax.sharding.get_abstract_mesh()
+    return candidate if candidate.axis_names else None
+
+
+def replicate(tree: Any, mesh: Any) -> Any:
+    """Every array of `tree` replicated over the non-manual axes of `mesh` (from
+    [`mesh_of`][]; `None` leaves `tree` alone): the sharding
+    `eqxopt.state_shardings` predicts for factor matrices, which `init` builds
+    unsharded. Under `jit` with `Auto` axes XLA would otherwise choose the outputs'
+    shardings itself."""
+    if mesh is None:
+        return tree
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
+    if all(t == jax.sharding.AxisType.Manual for t in types.values()):
+        return tree
+    whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    explicit = any(t == jax.sharding.AxisType.Explicit for t in types.values())
+
+    def one(x):
+        if not isinstance(x, jax.Array):
+            return x
+        if explicit:
+            spec = getattr(getattr(jax.typeof(x), "sharding", None), "spec", None)
+            if spec is None or all(a is None for a in spec):
+                return x
+            return jax.sharding.reshard(x, whole)
+        return jax.lax.with_sharding_constraint(x, whole)
+
+    return jax.tree.map(one, tree)
+
+
+def find_spread(
+    option: bool | str | tuple[str, ...], leaves: Sequence[Any], who: str
+) -> Spread | None:
+    """The [`Spread`][] an optimizer with `spread=option` uses for traced `leaves` (its
+    grads/params), or `None` for "compute every matrix on every device".
+
+    The mesh is the one in the leaves' types (`jax.typeof(x).sharding.mesh`, present
+    under `jit` whenever the params are on a mesh, with `Auto` or `Explicit` axes),
+    else the context mesh (`jax.set_mesh`). `option=True` uses every mesh axis that
+    is not `Manual` (inside `shard_map` each device already has its own matrices);
+    a name or tuple of names uses those axes. Nothing is spread outside a trace (eager
+    op-by-op execution), over a mesh of one device, or with `option=False`.
+    """
+    if option is False:
+        return None
+    mesh = mesh_of(leaves)
+    if mesh is None:
+        return None
+    manual = {
+        a
+        for a, t in zip(mesh.axis_names, mesh.axis_types)
+        if t == jax.sharding.AxisType.Manual
+    }
+    if option is True:
+        axes = tuple(a for a in mesh.axis_names if a not in manual)
+    else:
+        axes = (option,) if isinstance(option, str) else tuple(option)
+        for a in axes:
+            if a not in mesh.axis_names or a in manual:
+                raise ValueError(
+                    f"`{who}(spread={option!r})`: {a!r} is not a non-manual axis of "
+                    f"the params' mesh, whose axes are {mesh.axis_names}."
+                )
+    axes = tuple(a for a in axes if int(mesh.shape[a]) > 1)
+    return Spread(mesh, axes) if axes else None
+
+
+def spread_map(
+    fn: Callable,
+    tasks: Sequence[tuple[Any, tuple[Array, ...]]],
+    spread: Spread | None,
+    *,
+    shared: Any = (),
+    batched: bool = False,
+    group: bool = False,
+    decomposition: bool = False,
+) -> list:
+    """`[fn(static, shared, *operands) for static, operands in tasks]`, with the work
+    of same-shape tasks stacked (one copy of `fn` per shape in the compiled program)
+    and, with a `spread`, split over the devices of `spread`'s mesh axes.
+
+    Tasks with the same `static` (hashable) and the same operand shapes and dtypes
+    form a group. Each group of two or more tasks has its operands stacked along a
+    new leading axis and `fn` mapped over the stack (see [`map_stack`][]: `jax.vmap`
+    on accelerators, a `lax.map` loop on CPU), so the compiled program holds one copy
+    of `fn` per group instead of one per task (a model's many same-shape matrices
+    compile once). With a `spread`, every group's stack is padded (with copies of its
+    first task) to a multiple of the number of devices and split over `spread.axes`,
+    and under `jax.shard_map` each device maps `fn` over its own share of the tasks:
+    no collective between the split and the results, so a data-dependent loop in
+    `fn` stops on each device's own matrices. The results are then replicated
+    (all-gathered) and unstacked, so each task's results are what `fn` gives it alone
+    (up to the reassociation a batched kernel may do on accelerators).
+
+    `shared` (a PyTree, e.g. hyperparameters) is passed to every call unbatched
+    (replicated). `fn` must take every traced array it uses from its arguments, never
+    from a closure: inside the `shard_map` a closed-over array of the outer trace
+    would be every device's whole array, not its share.
+
+    `batched=True` says that each operand already has a leading batch axis (of any
+    size per task) and that `fn` maps over it itself (Muon's `(batch, m, n)`
+    stacks): groups are concatenated along that axis instead of stacked, and `fn` is
+    called on the concatenation. Without a `spread`, `batched=True` tasks are computed
+    alone, or, with `group=True`, one call per concatenated group.
+
+    `decomposition=True` says that `fn`'s cost is a QR or an `eigh`: stacks are then
+    mapped by a loop on GPUs too (see [`batched_kernels`][]).
+    """
+    if spread is None and batched and not group:
+        return [fn(static, shared, *operands) for static, operands in tasks]
+    groups: dict[Any, list[int]] = {}
+    for i, (static, operands) in enumerate(tasks):
+        shapes = tuple((x.shape[1:] if batched else x.shape, x.dtype) for x in operands)
+        groups.setdefault((static, shapes), []).append(i)
+    results: list = [None] * len(tasks)
+    for (static, _), members in groups.items():
+        if spread is None and len(members) == 1:
+            (i,) = members
+            results[i] = fn(static, shared, *tasks[i][1])
+            continue
+        n_ops = len(tasks[members[0]][1])
+        join = jnp.concatenate if batched else jnp.stack
+        stacks = [join([tasks[i][1][k] for i in members]) for k in range(n_ops)]
+        sizes = [tasks[i][1][0].shape[0] if batched else 1 for i in members]
+        call = functools.partial(fn, static)
+        if not batched:
+            call = map_stack(call, decomposition=decomposition)
+        if spread is None:
+            out = call(shared, *stacks)
+        else:
+            out = _spread_call(call, shared, stacks, spread)
+        start = 0
+        for i, size in zip(members, sizes):
+            if batched:
+                results[i] = jax.tree.map(lambda o: o[start : start + size], out)
+            else:
+                results[i] = jax.tree.map(lambda o: o[start], out)
+            start += size
+    return results
+
+
+def batched_kernels(decomposition: bool = False) -> bool:
+    """Whether [`map_stack`][] maps with `jax.vmap` (one batched kernel per op: what
+    accelerators want) rather than `lax.map` (a loop of unbatched ones): off CPU only.
+
+    On CPU a batched LAPACK custom call (eigh, QR, Cholesky, triangular solve of a
+    `vmap`-ed stack) splits its batch into chunks, schedules them on XLA's intra-op
+    thread pool and blocks its thread until they finish (`ParallelBatchMap` in
+    jaxlib's `jaxlib/cpu/lapack_kernels.cc`, waiting on an `absl::BlockingCounter`).
+    XLA's CPU runtime runs the program's own thunks on that same pool, so a batched
+    call issued from a pool thread can wait on tasks that no free thread is left to
+    run. A run of `benchmarks/lm.py --quick` with stacks `vmap`-ed on CPU deadlocked
+    on a 2-core machine (gdb: every thread waiting, one in `ParallelBatchMap`). An
+    unbatched call runs its matrix on its own thread and schedules nothing; the
+    batched kernel only loops over its matrices too (in `lm.py --quick`, SOAP's,
+    Shampoo's and Kron's training times were unchanged).
+
+    With `decomposition=True` (work whose cost is a QR or an `eigh`), GPUs loop too:
+    there these are calls into the vendor's solver library (cuSOLVER), whose batched
+    QR gains little on large matrices and loses much on mid-sized ones. On an H100
+    (jax 0.11.2, float32), `vmap`-ed `jnp.linalg.qr` of 5 matrices took, per matrix,
+    23.2 ms at 392x392 against 1.9 ms for one alone, and 5.7 and 8.0 ms at 1176 and
+    1568 against 6.0 and 8.2 ms; SOAP's refresh at 10M params took 260 ms batched
+    and 177 ms looped (`benchmarks/matrix.py`). TPUs, where QR and `eigh` are XLA's
+    own batched algorithms, keep `vmap` (not measured).
+    """
+    backend = jax.default_backend()
+    if decomposition:
+        return backend not in ("cpu", "gpu")
+    return backend != "cpu"
+
+
+def map_stack(call: Callable, decomposition: bool = False) -> Callable:
+    """`call(shared, *operands)` for one task, made into `mapped(shared, *stacks)`
+    for a stack of tasks (operands stacked along a new leading axis, `shared` passed
+    to every call): `jax.vmap` where [`batched_kernels`][], else `lax.map`, one
+    unbatched call per task in a loop (one copy of `call` in the program either
+    way). A data-dependent loop in `call` stops on each task's own matrix with
+    `lax.map`, and when every task's has with `jax.vmap`.
+
+    `decomposition=True` for a `call` whose cost is a QR or an `eigh` (see
+    [`batched_kernels`][]).
+    """
+    vmap = batched_kernels(decomposition)
+
+    def mapped(shared, *stacks):
+        if vmap:
+            axes = (None,) + (0,) * len(stacks)
+            return jax.vmap(call, in_axes=axes)(shared, *stacks)
+        return jax.lax.map(lambda operands: call(shared, *operands), stacks)
+
+    return mapped
+
+
+def _spread_call(call: Callable, shared: Any, stacks: list[Array], spread: Spread):
+    """`call(shared, *stacks)` with the stacks' leading axis split over `spread`'s axes
+    and the results replicated.
+
+    Each device computes its share under `jax.shard_map` (manual over `spread.axes`):
+    its program holds no collective between the split and the all-gather of the
+    results. In particular a data-dependent loop of `call` (Shampoo's inverse roots: a
+    batched `while_loop`, or on CPU one per matrix inside [`map_stack`][]'s
+    `lax.map`) runs on each device's own matrices with a local predicate.
+    Split by sharding constraints instead, XLA's partitioner makes a batched loop's
+    predicate global: one all-reduce per iteration of every loop, across all devices
+    (and processes), with nothing gained (the vmapped loop keeps each matrix's result
+    its own whichever way the devices agree to stop)."""
+    n = stacks[0].shape[0]
+    pad = -n % spread.size
+    if pad:
+        stacks = [
+            jnp.concatenate([s, jnp.broadcast_to(s[:1], (pad,) + s.shape[1:])])
+            for s in stacks
+        ]
+    mesh = spread.mesh
+    P = jax.sharding.PartitionSpec
+    NamedSharding = jax.sharding.NamedSharding
+    explicit = any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
+    # Python numbers in `shared` stay static; arrays are passed in, replicated.
+    leaves, treedef = jax.tree.flatten(shared)
+    dynamic = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)]
+
+    def body(arrays, *stacks):
+        full = list(leaves)
+        for i, x in zip(dynamic, arrays):
+            full[i] = x
+        return call(jax.tree.unflatten(treedef, full), *stacks)
+
+    arrays = [leaves[i] for i in dynamic]
+    split, whole = P(spread.axes), P()
+    if explicit:
+        # Sharding in types: the operands are given the shardings the `shard_map`
+        # expects (on the mesh's other axes, replicated).
+        arrays = [jax.sharding.reshard(x, NamedSharding(mesh, whole)) for x in arrays]
+        stacks = [jax.sharding.reshard(s, NamedSharding(mesh, split)) for s in stacks]
+    out = jax.shard_map(
+        body,
+        mesh=mesh,
+        in_specs=(whole,) + (split,) * len(stacks),
+        out_specs=split,
+        axis_names=frozenset(spread.axes),
+        # `call` is written for any context (its loops start from constants, which
+        # the varying-axes check would have it mark as device-varying); every output
+        # is split, so nothing is claimed replicated that is not.
+        check_vma=False,
+    )(arrays, *stacks)
+    replicated = NamedSharding(mesh, whole)
+    if explicit:
+        out = jax.tree.map(lambda o: jax.sharding.reshard(o, replicated), out)
+    else:
+        out = jax.tree.map(
+            lambda o: jax.lax.with_sharding_constraint(o, replicated), out
+        )
+    if pad:
+        out = jax.tree.map(lambda o: o[:n], out)
+    return out
