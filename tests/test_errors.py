@@ -1,5 +1,6 @@
 """Bad input gets a clear error naming the problem."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -123,3 +124,42 @@ def test_every_k_schedule_is_checked_where_its_value_is_concrete():
         params, state = opt.step(params, params, state)
     with pytest.raises(ValueError, match=r"every_k=.*giving"):
         opt.step(params, params, state)  # eager: the value 0 is concrete
+
+
+@pytest.mark.parametrize(
+    "opt",
+    [
+        eqxopt.Lamb(1e-3),
+        eqxopt.Lars(0.1),
+        eqxopt.Adafactor(),
+        eqxopt.ScaleByTrustRatio(),
+        eqxopt.Novograd(1e-2, weight_decay=1e-3),
+        eqxopt.Lion(1e-3),
+        eqxopt.AdamaxW(1e-3),
+        eqxopt.NAdamW(1e-3),
+    ],
+    ids=lambda o: type(o).__name__,
+)
+def test_missing_params_is_a_clear_error(opt):
+    params = {"w": jnp.ones((3, 2), jnp.float32)}
+    with pytest.raises(ValueError, match="params"):
+        opt.update(params, opt.init(params))
+
+
+@pytest.mark.parametrize(
+    "opt, name",
+    [
+        (eqxopt.ReduceOnPlateau(), "value"),
+        (eqxopt.Chain(eqxopt.Adam(1e-3), eqxopt.ReduceOnPlateau()), "value"),
+        (eqxopt.SAM(eqxopt.SGD(0.1), eqxopt.SGD(0.1), opaque_mode=True), "grad_fn"),
+        (eqxopt.Sophia(1e-3), "obj_fn"),
+        (eqxopt.HutchinsonEstimatorDiagHessian(), "obj_fn"),
+    ],
+    ids=["plateau", "chain_plateau", "sam_opaque", "sophia", "hutchinson"],
+)
+def test_missing_extra_argument_is_named_at_trace_time(opt, name):
+    params = make_params()
+    state = opt.init(params)
+    step = eqx.filter_jit(lambda g, s, p: opt.update(g, s, p))
+    with pytest.raises(ValueError, match=f"`{name}=`"):
+        step(params, state, params)

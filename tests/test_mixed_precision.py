@@ -9,11 +9,12 @@ import jax.lax as lax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
+import numpy as np
 import pytest
 
 import eqxopt
 
-from .helpers import avals
+from .helpers import avals, CASES, make_params
 
 
 STEPS = 300
@@ -85,3 +86,66 @@ def test_bfloat16_training_tracks_float32(state_dtype):
     # significant digits, so the two trajectories separate slowly).
     gap = jnp.abs(losses - losses32)
     assert jnp.all(gap <= 0.1 * losses32 + 0.01 * losses32[0]), float(jnp.max(gap))
+
+
+# The diagonal adaptive methods, one case per optimizer (the `ScaleBy*` chains and
+# variants share its arithmetic).
+_ADAPTIVE = (
+    "lion",
+    "rmsprop",
+    "rmsprop_centered_nesterov",
+    "adagrad",
+    "adafactor",
+    "adamax",
+    "amsgrad",
+    "nadam",
+    "radam",
+    "adabelief",
+    "yogi",
+    "lamb",
+    "lars",
+    "novograd",
+)
+_NAMED = [c for c in CASES if c.id in _ADAPTIVE]
+
+
+@pytest.mark.parametrize("case", _NAMED, ids=lambda c: c.id)
+def test_float16_matches_float32_arithmetic(case):
+    """float16 params with gradients ~1e-4 (whose squares underflow in float16): two
+    steps must match the same steps done on float32 copies to float16 rounding, with
+    no NaN or inf."""
+    opt = case.make()
+    params16 = make_params(jnp.float16, case.shapes)
+    step = eqx.filter_jit(lambda g, s, p: opt.update(g, s, p))
+    state16 = opt.init(params16)
+    template32 = opt.init(jtu.tree_map(lambda x: x.astype(jnp.float32), params16))
+    key = jr.key(0)
+    for _ in range(2):
+        # Both runs start each step from the same (float16-representable) params and
+        # state: only the arithmetic inside the step may differ.
+        params32 = jtu.tree_map(lambda x: x.astype(jnp.float32), params16)
+        state32 = jtu.tree_map(lambda a, b: a.astype(b.dtype), state16, template32)
+        key, sub = jr.split(key)
+        leaves, treedef = jtu.tree_flatten(params16)
+        keys = jr.split(sub, len(leaves))
+        g16 = jtu.tree_unflatten(
+            treedef,
+            [
+                (1e-4 * jr.normal(k, x.shape, jnp.float32)).astype(jnp.float16)
+                for k, x in zip(keys, leaves)
+            ],
+        )
+        g32 = jtu.tree_map(lambda x: x.astype(jnp.float32), g16)
+        u16, state16 = step(g16, state16, params16)
+        u32, _ = step(g32, state32, params32)
+        for a, b in zip(jtu.tree_leaves(u16), jtu.tree_leaves(u32)):
+            assert a.dtype == jnp.float16
+            assert jnp.all(jnp.isfinite(a)), case.id
+            scale = float(jnp.max(jnp.abs(b)))
+            np.testing.assert_allclose(
+                np.asarray(a, np.float32),
+                np.asarray(b),
+                rtol=2e-3,
+                atol=2e-3 * scale + 1e-7,
+            )
+        params16 = eqx.apply_updates(params16, u16)

@@ -170,3 +170,14 @@ def test_construction_creates_no_arrays_and_leaks_no_tracer(case):
     opt = built[0]
     assert not any(isinstance(x, jax.Array) for x in jtu.tree_leaves(opt))
     check_state_properties(opt, case, "float32", "same")
+
+
+def test_no_params_needed_without_weight_decay():
+    params = {"w": jnp.ones((3, 2), jnp.float32)}
+    opts: list[eqxopt.AbstractOptimizer] = [
+        eqxopt.Novograd(1e-2),
+        eqxopt.Lion(1e-3, weight_decay=0.0),
+    ]
+    for opt in opts:
+        updates, _ = opt.update(params, opt.init(params))
+        assert updates["w"].shape == (3, 2)

@@ -122,3 +122,27 @@ def test_constructor_follows_optax_signature(cls, fn):
         if mine.name == "state_dtype" or type(p.default) not in _PLAIN:
             continue  # API rule 1 sets the dtype; objects (line searches) differ
         assert mine.default == p.default, p.name
+
+
+@pytest.mark.parametrize(
+    "cls, fn",
+    [
+        (eqxopt.DPSGD, optax.contrib.dpsgd),
+        (
+            eqxopt.DifferentiallyPrivateAggregate,
+            optax.contrib.differentially_private_aggregate,
+        ),
+        (eqxopt.SAM, optax.contrib.sam),
+        (eqxopt.Sophia, optax.contrib.sophia),
+        (eqxopt.ReduceOnPlateau, optax.contrib.reduce_on_plateau),
+    ],
+    ids=lambda x: getattr(x, "__name__", ""),
+)
+def test_positional_order_follows_optax(cls, fn):
+    ours = [n for n in inspect.signature(cls).parameters]
+    theirs = [
+        "state_dtype" if n == "mu_dtype" else n
+        for n, p in inspect.signature(fn).parameters.items()
+        if p.kind is p.POSITIONAL_OR_KEYWORD
+    ]
+    assert ours[: len(theirs)] == theirs

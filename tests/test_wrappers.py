@@ -532,3 +532,262 @@ def test_multisteps_state_stays_finite_after_nan_windows(inner):
     mean = jax.tree.map(lambda *gs: sum(gs) / k, *clean)
     expected, _ = opt_inner.update(mean, before, params)
     assert tree_allclose(updates, expected, rtol=1e-6, atol=1e-7)
+
+
+# The adversarial optimizers of two SAMs: stateless (the paper's: SAM computes both
+# steps and selects one) and with a momentum buffer (SAM runs only the step it needs,
+# in a `lax.cond`).
+_SAM_ADV = {
+    "stateless": lambda: eqxopt.Chain(eqxopt.Normalize(), eqxopt.SGD(0.05)),
+    "momentum": lambda: eqxopt.Chain(
+        eqxopt.Normalize(), eqxopt.SGD(0.05, momentum=0.5)
+    ),
+}
+
+
+def _c_adam_reference(params, grads_seq, lr, b1, b2, eps):
+    """`AdamW.step` of `c_adamw.py` (`correct_bias=True`, `weight_decay=0`), NumPy."""
+    p = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    m = {k: np.zeros_like(v) for k, v in p.items()}
+    v = {k: np.zeros_like(x) for k, x in p.items()}
+    out = []
+    for step, grads in enumerate(grads_seq, start=1):
+        for k in p:
+            grad = np.asarray(grads[k], np.float64)
+            m[k] = m[k] * b1 + grad * (1.0 - b1)
+            v[k] = v[k] * b2 + grad * grad * (1.0 - b2)
+            denom = np.sqrt(v[k]) + eps
+            step_size = lr * np.sqrt(1.0 - b2**step) / (1.0 - b1**step)
+            mask = (m[k] * grad > 0).astype(grad.dtype)
+            mask = mask / max(mask.mean(), 1e-3)
+            p[k] = p[k] + (m[k] * mask) / denom * -step_size
+        out.append({k: x.copy() for k, x in p.items()})
+    return out
+
+
+@pytest.mark.parametrize(
+    "dtype, real", [(jnp.complex64, jnp.float32), (jnp.complex128, jnp.float64)]
+)
+@pytest.mark.parametrize(
+    "inner, reference",
+    [
+        (lambda: eqxopt.Adam(1e-2), lambda: optax.adam(1e-2)),
+        (
+            lambda: eqxopt.Chain(eqxopt.ClipByGlobalNorm(1.0), eqxopt.SGD(0.1, 0.9)),
+            lambda: optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.1, 0.9)),
+        ),
+    ],
+    ids=["adam", "chain_clip_sgd"],
+)
+def test_split_real_and_imaginary_on_complex_params(inner, reference, dtype, real):
+    keys = jr.split(jr.key(0), 2)
+    real_params = make_params(real, key=keys[0])
+    imag_params = make_params(real, key=keys[1])
+    params = jax.tree.map(lambda a, b: jax.lax.complex(a, b), real_params, imag_params)
+    assert all(p.dtype == dtype for p in jax.tree.leaves(params))
+    params["real_leaf"] = jnp.linspace(-1.0, 1.0, 4, dtype=real)  # passes through
+    ours = eqxopt.SplitRealAndImaginary(inner())
+    ref = optax.contrib.split_real_and_imaginary(reference())
+    s_ours, s_ref = ours.init(params), ref.init(params)
+    # The inner state is real: a complex leaf's buffers are a `.real` and an
+    # `.imaginary` part in the real dtype.
+    for leaf in jax.tree.leaves(s_ours):
+        assert not jnp.iscomplexobj(leaf)
+    step = eqx.filter_jit(ours.update)
+    p_ours = p_ref = params
+    key = jr.key(1)
+    rtol = 1e-6 if real == jnp.float32 else 1e-12
+    for i in range(5):
+        key, k1, k2 = jr.split(key, 3)
+        grads = jax.tree.map(
+            lambda a, b, p: jax.lax.complex(a, b) if jnp.iscomplexobj(p) else a,
+            random_like(k1, real_params | {"real_leaf": params["real_leaf"]}),
+            random_like(k2, real_params | {"real_leaf": params["real_leaf"]}),
+            params,
+        )
+        u_ours, s_ours = step(grads, s_ours, p_ours)
+        with jax.numpy_dtype_promotion("standard"):  # Optax is not strict-clean
+            u_ref, s_ref = ref.update(grads, s_ref, p_ref)
+        # Updates keep each param's dtype (complex stays complex, real stays real).
+        assert jax.tree.map(lambda u: u.dtype, u_ours) == jax.tree.map(
+            lambda p: p.dtype, params
+        )
+        p_ours = eqx.apply_updates(p_ours, u_ours)
+        p_ref = optax.apply_updates(p_ref, u_ref)
+        assert tree_allclose(p_ours, p_ref, rtol=rtol, atol=1e-7), f"step {i}"
+
+
+def test_split_real_and_imaginary_descends_on_a_complex_loss():
+    target = jnp.array([2 + 1j, -1 + 0.5j, 0.25j], jnp.complex64)
+    params = {"z": jnp.zeros(3, jnp.complex64)}
+    loss = lambda p: jnp.sum(jnp.abs(p["z"] - target) ** 2)
+    opt = eqxopt.SplitRealAndImaginary(eqxopt.Adam(0.1))
+    state = opt.init(params)
+    for _ in range(200):
+        grads = jax.tree.map(jnp.conj, jax.grad(loss)(params))
+        params, state = opt.step(params, grads, state)
+        assert isinstance(state, eqxopt.SplitRealAndImaginaryState)
+    assert jnp.allclose(params["z"], target, atol=2e-2)
+
+
+def test_transparent_sam_needs_no_extra_argument():
+    opt = eqxopt.SAM(eqxopt.SGD(0.1), eqxopt.SGD(0.1))
+    params = make_params()
+    updates, _ = opt.update(params, opt.init(params), params)
+    assert jtu.tree_structure(updates) == jtu.tree_structure(params)
+
+
+@pytest.mark.parametrize("adv", list(_SAM_ADV))
+def test_sam_unused_step_nan_does_not_leak(adv):
+    # A zero gradient at the outer step: the adversarial optimizer's normalisation
+    # divides 0 by 0 there. That step is not used, so the update is the outer SGD's
+    # (back to the cached params, then -lr * 0): finite. Optax blends the two steps by
+    # multiplying with 0 and 1, so its update is NaN.
+    params = make_params()
+    grads = random_like(jr.key(1), params)
+    zeros = jtu.tree_map(jnp.zeros_like, params)
+    opt = eqxopt.SAM(eqxopt.SGD(0.1), _SAM_ADV[adv]())
+    step = eqx.filter_jit(opt.step)
+    state = opt.init(params)
+    adv_params, state = step(params, grads, state)  # the adversarial step
+    outer_params, state = step(adv_params, zeros, state)  # the outer step
+    for p, q in zip(jtu.tree_leaves(params), jtu.tree_leaves(outer_params)):
+        # `adv_params + (params - adv_params + 0)`: equal up to the rounding of the
+        # subtraction and the addition.
+        np.testing.assert_allclose(q, p, rtol=0, atol=1e-6)
+
+    tx = optax.contrib.sam(
+        optax.sgd(0.1), optax.chain(optax.contrib.normalize(), optax.sgd(0.05))
+    )
+    with jax.numpy_dtype_promotion("standard"):  # Optax is not strict-clean
+        s = tx.init(params)
+        _, s = tx.update(grads, s, params)
+        u, _ = tx.update(zeros, s, adv_params)
+    assert all(jnp.isnan(x).all() for x in jtu.tree_leaves(u))
+
+
+@pytest.mark.parametrize("adv", list(_SAM_ADV))
+def test_sam_cond_only_when_an_optimizer_has_state_buffers(adv):
+    # Performance contract (benchmarks/update.py, issue 17): with no state buffer to
+    # skip, SAM selects between the two steps, which XLA fuses with the caller's
+    # `apply_updates`; a `lax.cond` would cost one more pass over the params (1.2-1.5x
+    # Optax's step time on CPU). With buffers, the `cond` skips reading and writing
+    # them on the steps that do not use them.
+    params = make_params()
+    opt = eqxopt.SAM(eqxopt.SGD(0.1), _SAM_ADV[adv]())
+    jaxpr = str(jax.make_jaxpr(opt.update)(params, opt.init(params), params))
+    assert ("cond[" in jaxpr) == (adv == "momentum")
+
+
+def test_cautious_adam_matches_reference():
+    """`Cautious(Adam(lr))` is C-Adam. Both use `eps=0`: the reference adds `eps`
+    before the bias correction of the second moment and Optax's Adam after it, a
+    difference of Adam's, not of the cautious mask."""
+    params = make_params(jnp.float64, {"w": (5, 3), "b": (5,), "k": (2, 3, 4)})
+    keys = jr.split(jr.key(4), 6)
+    grads_seq = [random_like(k, params) for k in keys]
+    expected = _c_adam_reference(params, grads_seq, lr=1e-2, b1=0.9, b2=0.999, eps=0.0)
+    opt = eqxopt.Cautious(eqxopt.Adam(1e-2, eps=0.0))
+    state = opt.init(params)
+    step = eqx.filter_jit(opt.step)
+    masked_some = False
+    for i, grads in enumerate(grads_seq):
+        updates, _ = opt.update(grads, state, params)
+        masked_some |= any(bool(jnp.any(u == 0)) for u in jtu.tree_leaves(updates))
+        params, state = step(params, grads, state)
+        for k in params:
+            np.testing.assert_allclose(
+                params[k], expected[i][k], rtol=1e-12, atol=1e-14, err_msg=f"{i} {k}"
+            )
+    assert masked_some  # the test exercised the mask
+
+
+def test_cautious_mask_and_rescaling():
+    params = {"w": jnp.zeros(4)}
+    grads = {"w": jnp.array([1.0, -2.0, 3.0, -4.0])}
+    sgd = eqxopt.Cautious(eqxopt.SGD(0.1))
+    updates, _ = sgd.update(grads, sgd.init(params), params)
+    assert jnp.allclose(updates["w"], -0.1 * grads["w"])  # all kept, scale 1
+    ascent = eqxopt.Cautious(eqxopt.Scale(0.1))  # ascent: every entry disagrees
+    updates, _ = ascent.update(grads, ascent.init(params), params)
+    assert jnp.array_equal(updates["w"], jnp.zeros(4))
+    # Momentum from a first step keeps the update's sign where the new gradient
+    # flipped: half the entries disagree, the other half is doubled (1 / mean(mask)).
+    momentum = eqxopt.Cautious(eqxopt.SGD(0.1, momentum=0.9))
+    state = momentum.init(params)
+    _, state = momentum.update({"w": jnp.ones(4)}, state, params)
+    g2 = {"w": jnp.array([-0.5, 0.5, -0.5, 0.5])}
+    updates, _ = momentum.update(g2, state, params)
+    assert jnp.allclose(updates["w"], jnp.array([0.0, -0.28, 0.0, -0.28]))
+
+
+def test_lookahead_matches_plain_loop_and_exposes_slow_params():
+    rng = np.random.default_rng(3)
+    p0 = rng.normal(size=(6,))
+    targets = [rng.normal(size=(6,)) for _ in range(7)]
+    lr, k, alpha = 0.3, 3, 0.5
+    opt = eqxopt.Lookahead(eqxopt.SGD(lr), sync_period=k, slow_step_size=alpha)
+    x = jnp.asarray(p0)
+    state = opt.init(x)
+    fast, slow = p0.copy(), p0.copy()
+    for i, t in enumerate(targets):
+        g = fast - t
+        x, state = opt.step(x, jnp.asarray(g), state)
+        fast = fast - lr * g
+        if (i + 1) % k == 0:
+            slow = slow + alpha * (fast - slow)
+            fast = slow.copy()
+        np.testing.assert_allclose(np.asarray(x), fast, rtol=1e-10)
+        np.testing.assert_allclose(
+            np.asarray(opt.eval_params(state, x)), slow, rtol=1e-10
+        )
+    hp = opt.hyperparams(state)
+    assert hp["slow_step_size"] == alpha and hp["fast_optimizer"]["learning_rate"] == lr
+
+
+def test_params_ema_is_the_debiased_average_of_the_iterates():
+    rng = np.random.default_rng(4)
+    decay = 0.8
+    p = rng.normal(size=(3, 2))
+    inner = eqxopt.SGD(0.1, momentum=0.5)
+    opt = eqxopt.ParamsEMA(inner, decay=decay)
+    x = {"w": jnp.asarray(p), "act": jax.nn.relu}  # non-array leaves pass through
+    state = opt.init(x)
+    assert opt.eval_params(state, x)["w"] is not None
+    np.testing.assert_array_equal(np.asarray(opt.eval_params(state, x)["w"]), p)
+    iterates = []
+    s_inner = inner.init(x)
+    y = x
+    for _ in range(5):
+        g = {"w": jnp.asarray(rng.normal(size=p.shape)), "act": None}
+        x, state = opt.step(x, g, state)
+        y, s_inner = inner.step(y, g, s_inner)  # the updates pass through unchanged
+        np.testing.assert_array_equal(np.asarray(x["w"]), np.asarray(y["w"]))
+        iterates.append(np.asarray(x["w"]))
+    weights = np.array([(1 - decay) * decay ** (4 - i) for i in range(5)])
+    expected = sum(w * it for w, it in zip(weights, iterates)) / (1 - decay**5)
+    averaged = opt.eval_params(state, x)
+    assert averaged["act"] is jax.nn.relu
+    np.testing.assert_allclose(np.asarray(averaged["w"]), expected, rtol=1e-10)
+    # Without debiasing the average starts from the initial params.
+    opt2 = eqxopt.ParamsEMA(inner, decay=decay, debias=False)
+    z = {"w": jnp.asarray(p)}
+    s2 = opt2.init(z)
+    g = {"w": jnp.ones(p.shape, p.dtype)}
+    z, s2 = opt2.step(z, g, s2)
+    np.testing.assert_allclose(
+        np.asarray(opt2.eval_params(s2, z)["w"]),
+        decay * p + (1 - decay) * np.asarray(z["w"]),
+        rtol=1e-12,
+    )
+
+
+def test_params_ema_float32_average_for_bfloat16_params():
+    x = {"w": jnp.ones((4,), jnp.bfloat16)}
+    opt = eqxopt.ParamsEMA(eqxopt.SGD(1e-3), decay=0.999, state_dtype=jnp.float32)
+    state = opt.init(x)
+    assert state.ema["w"].dtype == jnp.float32
+    for _ in range(3):
+        x, state = opt.step(x, {"w": jnp.ones((4,), jnp.bfloat16)}, state)
+    out = opt.eval_params(state, x)
+    assert out["w"].dtype == jnp.bfloat16

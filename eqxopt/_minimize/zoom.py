@@ -198,7 +198,7 @@ class Zoom(AbstractLineSearch[ZoomState]):
     Optax's doubling); the two-slope cubic comes first and is tried wherever it lies
     inside the interval (Optax starts with the three-point cubic and rejects
     minimisers within 20% of an end). Both save evaluations: over the 24 searches on
-    Moré & Thuente's test functions in `tests/test_linesearch.py` it takes 137
+    Moré & Thuente's test functions in `tests/test_minimize_linesearch.py` it takes 137
     evaluations, `dcsrch` 135, and 165 with `"multiply"`; see also
     `benchmarks/minimize.py`. Third, Hager & Zhang's approximate Wolfe condition
     $\phi'(t) \le (2c_1 - 1)\phi'(0)$ with $\phi(t) \le \phi(0) + \epsilon|\phi(0)|$

@@ -1,12 +1,5 @@
-"""L-BFGS and the line searches. Their grads come from a module-level loss (so a jitted
-step does not retrace), and `extra` passes `value`, `grad` and `value_fn` (Optax's
-line searches need `grad=` too; eqxopt's take it from `grads` or ignore it).
-
-The loss is a convex quadratic, on which eqxopt's interpolation choices (two-slope
-cubic first) and Optax's (three-point cubic, then quadratic) land on the same exact
-minimiser along the line, so the iterates match Optax's; and its gradient at the
-registry params has norm > 1, where eqxopt's unit-length first step equals Optax's.
-"""
+"""L-BFGS and the line searches as optimizers (every step does not retrace; `extra`
+passes `value`, `grad` and `value_fn`), against Optax's `lbfgs` and line searches."""
 
 import jax
 import jax.numpy as jnp

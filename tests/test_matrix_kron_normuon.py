@@ -2,7 +2,7 @@
 their references (psgd-jax 0.2.9 `kron`; zichongli5/NorMuon `normuon_update`;
 modded-nanogpt's `polar_express`), in float64, several steps; their routing, memory
 and errors. (Dtype/scan/MultiSteps properties come from the registry:
-tests/registry/matrix_psgd.py.)"""
+tests/registry/matrix.py.)"""
 
 import string
 from typing import Any

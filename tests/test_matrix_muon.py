@@ -1,7 +1,7 @@
 """Muon: against a NumPy transcription of the reference algorithm, against Optax where
 the two agree by design, under `jit`/`shard_map`/`NamedSharding`, on real Equinox
 layers, its fallback routing, and its errors. (Dtype/scan/trace-once properties and
-the step-by-step Optax parity come from tests/registry/muon.py.)"""
+the step-by-step Optax parity come from tests/registry/matrix.py.)"""
 
 import equinox as eqx
 import jax
@@ -143,7 +143,7 @@ def test_float32_and_bfloat16_newton_schulz_close_to_reference():
 
 
 # --- against optax.contrib.muon -------------------------------------------------------
-# Step-by-step parity on the shared param tree is in tests/registry/muon.py (without
+# Step-by-step parity on the shared param tree is in tests/registry/matrix.py (without
 # Nesterov, layout passed as dimension numbers). They cannot agree with Nesterov:
 # Optax's look-ahead mu * m/(1-mu^(k+1)) + (1-mu) * g/(1-mu^k) weights momentum and
 # gradient differently from the reference's mu * m + (1-mu) * g.

@@ -1,6 +1,5 @@
-"""Optax's contrib catalogue, part 1: ACProp, COCOB, D-Adaptation AdamW, DoG, DoWG,
-MADGRAD, Mechanic, MoMo, MoMo-Adam, Normalize, Simplified AdEMAMix and
-SplitRealAndImaginary."""
+"""Learning-rate-free methods (Prodigy, D-Adaptation, DoG, DoWG, COCOB, Mechanic,
+MoMo, Polyak steps), each against its Optax counterpart."""
 
 import jax
 import jax.numpy as jnp
@@ -12,38 +11,8 @@ import eqxopt
 from ..helpers import Case
 
 
-# Optax evaluates its schedules in float32 even under x64 (eqxopt's follow the
-# params' precision), so float64 parity of scheduled cases is limited to ~1e-7 in the
-# learning rate, which the adaptive step sizes below carry into the params.
-SCHEDULE_RTOL64 = 1e-5
-
-# Optax's MADGRAD computes lr * sqrt(k + 1) from its int32 count in float32, also for
-# float64 params (`jnp.sqrt` of an int32 is float32): float64 parity is limited to
-# float32's precision in that factor (measured: 4e-8 relative in the params).
-MADGRAD_RTOL64 = 1e-6
-
-# ACProp divides g by the root of the previous prediction-error EMA (eps = 1e-16), so
-# coordinates where g is close to its EMA are ill-conditioned. In float32, ours uses
-# 1 - b2 rounded from float32's b2 (as every Adam-family optimizer here) where Optax
-# rounds the Python float 1 - b2: both are ~1e-5 off the float64 result on such
-# coordinates (measured: ours 6e-6, Optax's 1.2e-5, apart 1.8e-5 at worst).
-ACPROP_RTOL = 5e-5
-
-
 def _ndim2(params):
     return jax.tree.map(lambda p: p.ndim > 1, params)
-
-
-def _own_buffers(tx):
-    """`tx` with an `init` that copies its state: Optax's COCOB, DoG, DoWG, MADGRAD and
-    Mechanic keep the params themselves in their state, so (params, state) could not
-    be donated together to a jitted step (as the update benchmark does). The numbers
-    are unchanged."""
-
-    def init(params):
-        return jax.tree.map(jnp.copy, tx.init(params))
-
-    return optax.GradientTransformationExtraArgs(init, tx.update)
 
 
 def _shifted_quadratic(params):
@@ -61,47 +30,39 @@ def _value(params):
     return {"value": _shifted_quadratic(params)}
 
 
+# Optax evaluates its schedules in float32 even under x64 (eqxopt's follow the
+# params' precision), so float64 parity of scheduled cases is limited to ~1e-7 in the
+# learning rate, which scale-invariant steps (Fromage, Prodigy) amplify to ~1e-5.
+SCHEDULE_RTOL64_AMPLIFIED = 1e-5
+
+
+def _polyak_quadratic(params):
+    """0.5 * sum((p - 0.3)^2) + 0.1: a loss with a known minimum, for Polyak steps."""
+    leaves = jtu.tree_leaves(params)
+    dtype = jnp.float64 if leaves[0].dtype == jnp.float64 else jnp.float32
+    total = jnp.asarray(0.1, dtype)
+    for p in leaves:
+        d = p.astype(dtype) - jnp.asarray(0.3, dtype)
+        total = total + jnp.asarray(0.5, dtype) * jnp.sum(d * d)
+    return total
+
+
+def _polyak_value(params):
+    return {"value": _polyak_quadratic(params)}
+
+
+def _own_buffers(tx):
+    """`tx` with an `init` that copies its state: `optax.contrib.prodigy` keeps the
+    params themselves as `params0`, so (params, state) could not be donated together
+    to a jitted step (as the update benchmark does). The numbers are unchanged."""
+
+    def init(params):
+        return jax.tree.map(jnp.copy, tx.init(params))
+
+    return optax.GradientTransformationExtraArgs(init, tx.update)
+
+
 CASES = [
-    # --- ACProp ----------------------------------------------------------------------
-    Case(
-        "acprop",
-        lambda: eqxopt.AcProp(1e-2),
-        lambda: optax.contrib.acprop(1e-2),
-        rtol=ACPROP_RTOL,
-        bad=(
-            (lambda: eqxopt.AcProp(-1e-2), "learning_rate"),
-            (lambda: eqxopt.AcProp(1e-2, b1=1.0), "b1"),
-            (lambda: eqxopt.AcProp(1e-2, b2=-0.1), "b2"),
-            (lambda: eqxopt.AcProp(1e-2, eps=-1.0), "eps"),
-            (lambda: eqxopt.AcProp(1e-2, eps_root="1e-16"), "eps_root"),  # pyright: ignore
-        ),
-        optax_fn="contrib.acprop",
-    ),
-    Case(
-        "acprop_schedule_masked_decay",
-        lambda: eqxopt.AcProp(
-            eqxopt.schedules.Linear(3e-2, 1e-2, 10),
-            b1=0.8,
-            b2=0.95,
-            eps=1e-8,
-            eps_root=1e-10,
-            weight_decay=0.1,
-            mask=lambda p: p.ndim > 1,
-        ),
-        lambda: optax.contrib.acprop(
-            optax.linear_schedule(3e-2, 1e-2, 10),
-            b1=0.8,
-            b2=0.95,
-            eps=1e-8,
-            eps_root=1e-10,
-            weight_decay=0.1,
-            mask=_ndim2,
-        ),
-        rtol=ACPROP_RTOL,
-        rtol64=SCHEDULE_RTOL64,
-        bad=((lambda: eqxopt.AcProp(1e-2, weight_decay=-0.1), "weight_decay"),),
-        optax_fn="contrib.acprop",
-    ),
     # --- COCOB -----------------------------------------------------------------------
     Case(
         "cocob",
@@ -132,7 +93,7 @@ CASES = [
                 mask=_ndim2,
             )
         ),
-        rtol64=SCHEDULE_RTOL64,
+        rtol64=SCHEDULE_RTOL64_AMPLIFIED,
         bad=((lambda: eqxopt.COCOB(weight_decay=-1.0), "weight_decay"),),
         optax_fn="contrib.cocob",
     ),
@@ -165,7 +126,7 @@ CASES = [
             eps=1e-6,
             estim_lr0=1e-2,
         ),
-        rtol64=SCHEDULE_RTOL64,
+        rtol64=SCHEDULE_RTOL64_AMPLIFIED,
         optax_fn="contrib.dadapt_adamw",
     ),
     # --- DoG, DoWG -------------------------------------------------------------------
@@ -201,7 +162,7 @@ CASES = [
                 mask=_ndim2,
             )
         ),
-        rtol64=SCHEDULE_RTOL64,
+        rtol64=SCHEDULE_RTOL64_AMPLIFIED,
         optax_fn="contrib.dog",
     ),
     Case(
@@ -237,39 +198,6 @@ CASES = [
             )
         ),
         optax_fn="contrib.dowg",
-    ),
-    # --- MADGRAD ---------------------------------------------------------------------
-    Case(
-        "madgrad",
-        lambda: eqxopt.Madgrad(1e-2),
-        lambda: _own_buffers(optax.contrib.madgrad(1e-2)),
-        rtol64=MADGRAD_RTOL64,
-        bad=(
-            (lambda: eqxopt.Madgrad(-1e-2), "learning_rate"),
-            (lambda: eqxopt.Madgrad(1e-2, momentum=1.0), "momentum"),
-            (lambda: eqxopt.Madgrad(1e-2, weight_decay=-1.0), "weight_decay"),
-            (lambda: eqxopt.Madgrad(1e-2, eps=-1.0), "eps"),
-        ),
-        optax_fn="contrib.madgrad",
-    ),
-    Case(
-        "madgrad_schedule_decay",
-        lambda: eqxopt.Madgrad(
-            eqxopt.schedules.Linear(5e-2, 1e-2, 10),
-            momentum=0.5,
-            weight_decay=1e-2,
-            eps=1e-5,
-        ),
-        lambda: _own_buffers(
-            optax.contrib.madgrad(
-                optax.linear_schedule(5e-2, 1e-2, 10),
-                momentum=0.5,
-                weight_decay=1e-2,
-                eps=1e-5,
-            )
-        ),
-        rtol64=max(SCHEDULE_RTOL64, MADGRAD_RTOL64),
-        optax_fn="contrib.madgrad",
     ),
     # --- Mechanic --------------------------------------------------------------------
     Case(
@@ -338,7 +266,7 @@ CASES = [
         ),
         loss=_shifted_quadratic,
         extra=_value,
-        rtol64=SCHEDULE_RTOL64,
+        rtol64=SCHEDULE_RTOL64_AMPLIFIED,
         optax_fn="contrib.momo",
     ),
     Case(
@@ -380,71 +308,96 @@ CASES = [
         extra=_value,
         optax_fn="contrib.momo_adam",
     ),
-    # --- Normalize -------------------------------------------------------------------
+    # --- Polyak ----------------------------------------------------------------------
     Case(
-        "normalize",
-        lambda: eqxopt.Normalize(),
-        lambda: optax.contrib.normalize(),
-        optax_fn="contrib.normalize",
-    ),
-    Case(
-        "chain_normalize",
-        lambda: eqxopt.Chain(eqxopt.Normalize(), eqxopt.ScaleByLearningRate(0.1)),
-        lambda: optax.chain(
-            optax.contrib.normalize(), optax.scale_by_learning_rate(0.1)
+        "polyak_sgd",
+        lambda: eqxopt.PolyakSGD(
+            max_learning_rate=0.5,
+            scaling=eqxopt.schedules.Linear(1.0, 0.5, 10),
+            f_min=0.05,
+            eps=1e-3,
+            variant="sps+",
         ),
-    ),
-    # --- Simplified AdEMAMix ---------------------------------------------------------
-    Case(
-        "simplified_ademamix",
-        lambda: eqxopt.SimplifiedAdEMAMix(1e-2),
-        lambda: optax.contrib.simplified_ademamix(1e-2),
+        lambda: optax.polyak_sgd(
+            max_learning_rate=0.5,
+            scaling=optax.linear_schedule(1.0, 0.5, 10),
+            f_min=0.05,
+            eps=1e-3,
+            variant="sps+",
+        ),
+        loss=_polyak_quadratic,
+        extra=_polyak_value,
+        rtol64=SCHEDULE_RTOL64_AMPLIFIED,
         bad=(
-            (lambda: eqxopt.SimplifiedAdEMAMix(-1e-2), "learning_rate"),
-            (lambda: eqxopt.SimplifiedAdEMAMix(1e-2, b1=1.0), "b1"),
-            (lambda: eqxopt.SimplifiedAdEMAMix(1e-2, b2=-0.5), "b2"),
-            (lambda: eqxopt.SimplifiedAdEMAMix(1e-2, alpha=-1.0), "alpha"),
-            (lambda: eqxopt.SimplifiedAdEMAMix(1e-2, eps=-1.0), "eps"),
-            (lambda: eqxopt.SimplifiedAdEMAMix(1e-2, eps_root=-1.0), "eps_root"),
-            (
-                lambda: eqxopt.SimplifiedAdEMAMix(1e-2, weight_decay=-1.0),
-                "weight_decay",
-            ),
+            (lambda: eqxopt.PolyakSGD(max_learning_rate=-1.0), "max_learning_rate"),
+            (lambda: eqxopt.PolyakSGD(scaling=-1.0), "scaling"),
+            (lambda: eqxopt.PolyakSGD(eps=-1.0), "eps"),
+            (lambda: eqxopt.PolyakSGD(variant="sps++"), "variant"),
         ),
-        optax_fn="contrib.simplified_ademamix",
     ),
     Case(
-        "simplified_ademamix_alpha_schedule_masked_decay",
-        lambda: eqxopt.SimplifiedAdEMAMix(
-            eqxopt.schedules.Linear(1e-2, 5e-3, 10),
-            b1=0.9,
-            b2=0.9,
-            alpha=eqxopt.schedules.Linear(0.5, 5.0, 10),
-            eps=1e-6,
-            eps_root=1e-8,
-            weight_decay=0.1,
-            mask=lambda p: p.ndim > 1,
+        "chain_sgd_scale_by_polyak",
+        lambda: eqxopt.Chain(
+            eqxopt.SGD(0.7),
+            eqxopt.ScaleByPolyak(f_min=0.1, max_learning_rate=0.8, eps=1e-4),
         ),
-        lambda: optax.contrib.simplified_ademamix(
-            optax.linear_schedule(1e-2, 5e-3, 10),
-            b1=0.9,
-            b2=0.9,
-            alpha=optax.linear_schedule(0.5, 5.0, 10),
-            eps=1e-6,
-            eps_root=1e-8,
-            weight_decay=0.1,
-            mask=_ndim2,
+        lambda: optax.chain(
+            optax.sgd(0.7),
+            optax.scale_by_polyak(f_min=0.1, max_learning_rate=0.8, eps=1e-4),
         ),
-        rtol64=SCHEDULE_RTOL64,
-        optax_fn="contrib.simplified_ademamix",
+        loss=_polyak_quadratic,
+        extra=_polyak_value,
+        bad=((lambda: eqxopt.ScaleByPolyak(variant="armijo"), "variant"),),
     ),
-    # --- SplitRealAndImaginary (real params pass through; complex ones are tested in
-    # tests/test_contrib_a.py) -------------------------------------------------------
+    # --- Prodigy ---------------------------------------------------------------------
     Case(
-        "split_real_and_imaginary_adam",
-        lambda: eqxopt.SplitRealAndImaginary(eqxopt.Adam(1e-2)),
-        lambda: optax.contrib.split_real_and_imaginary(optax.adam(1e-2)),
-        bad=((lambda: eqxopt.SplitRealAndImaginary(optax.adam(1e-2)), "inner"),),  # pyright: ignore
-        optax_fn="contrib.split_real_and_imaginary",
+        "prodigy",
+        lambda: eqxopt.Prodigy(
+            0.9,
+            betas=(0.85, 0.99),
+            beta3=0.95,
+            eps=1e-7,
+            estim_lr0=1e-3,
+            estim_lr_coef=0.9,
+            weight_decay=0.01,
+        ),
+        lambda: _own_buffers(
+            optax.contrib.prodigy(
+                0.9,
+                betas=(0.85, 0.99),
+                beta3=0.95,
+                eps=1e-7,
+                estim_lr0=1e-3,
+                estim_lr_coef=0.9,
+                weight_decay=0.01,
+            )
+        ),
+        bad=(
+            (lambda: eqxopt.Prodigy(-1.0), "learning_rate"),
+            (lambda: eqxopt.Prodigy(betas=(1.0, 0.999)), "betas"),
+            (lambda: eqxopt.Prodigy(betas=(0.9,)), "betas"),  # pyright: ignore
+            (lambda: eqxopt.Prodigy(beta3=1.0), "beta3"),
+            (lambda: eqxopt.Prodigy(estim_lr0=0.0), "estim_lr0"),
+            (lambda: eqxopt.Prodigy(eps=-1.0), "eps"),
+            (lambda: eqxopt.Prodigy(weight_decay=-0.1), "weight_decay"),
+        ),
+    ),
+    Case(
+        "prodigy_safeguard_schedule",
+        lambda: eqxopt.Prodigy(
+            eqxopt.schedules.WarmupCosineDecay(0.0, 1.0, 3, 10),
+            betas=(0.8, 0.95),
+            estim_lr0=1e-2,
+            safeguard_warmup=True,
+        ),
+        lambda: _own_buffers(
+            optax.contrib.prodigy(
+                optax.warmup_cosine_decay_schedule(0.0, 1.0, 3, 10),
+                betas=(0.8, 0.95),
+                estim_lr0=1e-2,
+                safeguard_warmup=True,
+            )
+        ),
+        rtol64=SCHEDULE_RTOL64_AMPLIFIED,
     ),
 ]
