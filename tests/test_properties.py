@@ -161,7 +161,7 @@ def test_compiled_steps_trace_once_and_resume_from_a_checkpoint(case):
 
 
 # Checked elsewhere: bfloat16 params with float32 grads (compiled) by the test above,
-# float32 params and grads by test_protocol.py on an optimizer built inside `jit`.
+# float32 params and grads by test_core_protocol.py on an optimizer built inside `jit`.
 _ELSEWHERE = {("bfloat16", "float32"), ("float32", "same"), ("float32", "float32")}
 DTYPE_PAIRS = [(d, g) for d in DTYPES for g in GRAD_DTYPES if (d, g) not in _ELSEWHERE]
 
