@@ -210,7 +210,8 @@ def test_orbax_sharded_round_trip(tmp_path):
 
 
 def test_mid_training_resume_for_a_plain_params_tree(tmp_path):
-    """As tests/test_core_protocol.py, with a skeleton built abstractly (`eval_shape`)."""
+    """As tests/test_core_protocol.py, with a skeleton built abstractly
+    (`eval_shape`)."""
     params = make_params()
     opt = eqxopt.Adam(1e-2)
     state = opt.init(params)
