@@ -18,13 +18,13 @@ from .._misc import (
     scalar,
 )
 from .base import (
-    _BETAS,
-    _doc,
-    _EPS,
-    _LR,
-    _NESTEROV,
-    _SD_KW,
     AbstractAdamFamily,
+    ARG_BETAS,
+    ARG_EPS,
+    ARG_LR,
+    ARG_NESTEROV,
+    ARG_SD_KW,
+    init_doc,
     LeafRule,
 )
 
@@ -137,20 +137,20 @@ class AdaBelief(AbstractAdaBelief):
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
 
-AdaBelief.__init__.__doc__ = _doc(
-    _LR,
-    _BETAS,
-    _EPS,
+AdaBelief.__init__.__doc__ = init_doc(
+    ARG_LR,
+    ARG_BETAS,
+    ARG_EPS,
     r"- `eps_root`: $\epsilon_{\rm root}$, added to $s$ at every step.",
-    _NESTEROV,
-    _SD_KW,
+    ARG_NESTEROV,
+    ARG_SD_KW,
 )
 
 
-ScaleByBelief.__init__.__doc__ = _doc(
-    _BETAS,
-    _EPS,
+ScaleByBelief.__init__.__doc__ = init_doc(
+    ARG_BETAS,
+    ARG_EPS,
     r"- `eps_root`: $\epsilon_{\rm root}$, added to $s$ at every step.",
-    _NESTEROV,
-    _SD_KW,
+    ARG_NESTEROV,
+    ARG_SD_KW,
 )

@@ -14,14 +14,14 @@ from .._misc import (
     scalar,
 )
 from .base import (
-    _BETAS,
-    _doc,
-    _EPS,
-    _LR,
-    _MASK,
-    _SD_KW,
-    _WD,
     AbstractAdamFamily,
+    ARG_BETAS,
+    ARG_EPS,
+    ARG_LR,
+    ARG_MASK,
+    ARG_SD_KW,
+    ARG_WD,
+    init_doc,
     LeafRule,
 )
 
@@ -153,10 +153,12 @@ class AdamaxW(AbstractAdamax):
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
 
-Adamax.__init__.__doc__ = _doc(_LR, _BETAS, _EPS, _SD_KW)
+Adamax.__init__.__doc__ = init_doc(ARG_LR, ARG_BETAS, ARG_EPS, ARG_SD_KW)
 
 
-ScaleByAdamax.__init__.__doc__ = _doc(_BETAS, _EPS, _SD_KW)
+ScaleByAdamax.__init__.__doc__ = init_doc(ARG_BETAS, ARG_EPS, ARG_SD_KW)
 
 
-AdamaxW.__init__.__doc__ = _doc(_LR, _BETAS, _EPS, _WD, _MASK, _SD_KW)
+AdamaxW.__init__.__doc__ = init_doc(
+    ARG_LR, ARG_BETAS, ARG_EPS, ARG_WD, ARG_MASK, ARG_SD_KW
+)

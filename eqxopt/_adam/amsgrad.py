@@ -30,7 +30,15 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .base import _BETAS, _BIAS, _doc, _EPS, _EPS_ROOT, _LR, _SD_POS
+from .base import (
+    ARG_BETAS,
+    ARG_BIAS,
+    ARG_EPS,
+    ARG_EPS_ROOT,
+    ARG_LR,
+    ARG_SD_POS,
+    init_doc,
+)
 
 
 # Abstract fields: type checkers see a `ClassVar` (as equinox does for its
@@ -215,7 +223,11 @@ class AMSGrad(AbstractAMSGrad):
     bias_correction_nu: bool = eqx.field(default=True, static=True)
 
 
-AMSGrad.__init__.__doc__ = _doc(_LR, _BETAS, _EPS, _EPS_ROOT, _SD_POS, _BIAS)
+AMSGrad.__init__.__doc__ = init_doc(
+    ARG_LR, ARG_BETAS, ARG_EPS, ARG_EPS_ROOT, ARG_SD_POS, ARG_BIAS
+)
 
 
-ScaleByAmsgrad.__init__.__doc__ = _doc(_BETAS, _EPS, _EPS_ROOT, _SD_POS, _BIAS)
+ScaleByAmsgrad.__init__.__doc__ = init_doc(
+    ARG_BETAS, ARG_EPS, ARG_EPS_ROOT, ARG_SD_POS, ARG_BIAS
+)

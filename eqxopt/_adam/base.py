@@ -197,49 +197,34 @@ class AbstractAdam(AbstractAdamFamily):
         return moments(t)
 
 
-_LR = r"- `learning_rate`: $\eta$; a number, an array, or a schedule `count -> scalar`."
+# --- argument docs shared by the family's `__init__` docstrings ---------------------
 
-
-_BETAS = r"- `b1`, `b2`: decay rates $\beta_1, \beta_2$ of the moments, in `[0, 1)`."
-
-
-_EPS = r"- `eps`: $\epsilon$, added to the denominator outside the root."
-
-
-_EPS_ROOT = r"- `eps_root`: $\epsilon_{\rm root}$, added inside the root."
-
-
-_SD = "- `state_dtype`: dtype of every moment buffer; default the param's. (Static"
-
-
-_SD_POS = _SD + "; Optax's `mu_dtype`.)"
-
-
-_SD_KW = _SD + ", keyword-only.)"
-
-
-_WD = (
+ARG_LR = (
+    r"- `learning_rate`: $\eta$; a number, an array, or a schedule `count -> scalar`."
+)
+ARG_BETAS = r"- `b1`, `b2`: decay rates $\beta_1, \beta_2$ of the moments, in `[0, 1)`."
+ARG_EPS = r"- `eps`: $\epsilon$, added to the denominator outside the root."
+ARG_EPS_ROOT = r"- `eps_root`: $\epsilon_{\rm root}$, added inside the root."
+ARG_SD = "- `state_dtype`: dtype of every moment buffer; default the param's. (Static"
+ARG_SD_POS = ARG_SD + "; Optax's `mu_dtype`.)"
+ARG_SD_KW = ARG_SD + ", keyword-only.)"
+ARG_WD = (
     r"- `weight_decay`: $\lambda$ (multiplied by the learning rate); a number or a "
     "schedule."
 )
-
-
-_MASK = "- `mask`: which leaves are decayed, as a filter spec; default all."
-
-
-_NESTEROV = "- `nesterov`: use NAdam's look-ahead first moment. (Static, keyword-only.)"
-
-
-_BIAS = (
+ARG_MASK = "- `mask`: which leaves are decayed, as a filter spec; default all."
+ARG_NESTEROV = (
+    "- `nesterov`: use NAdam's look-ahead first moment. (Static, keyword-only.)"
+)
+ARG_BIAS = (
     "- `bias_correction_mu`, `bias_correction_nu`: whether to bias-correct the first "
     "moment, and the second before the maximum. (Static.)"
 )
-
-
-_THRESHOLD = (
+ARG_THRESHOLD = (
     r"- `threshold`: $\tau$, the smallest $\rho_k$ that turns rectification on."
 )
 
 
-def _doc(*lines: str) -> str:
+def init_doc(*lines: str) -> str:
+    """An `__init__` docstring: "**Arguments:**" and one bullet per line."""
     return "**Arguments:**\n\n" + "\n".join(lines) + "\n"

@@ -8,7 +8,17 @@ from .._custom_types import FilterSpec, ScalarLike, ScalarOrSchedule
 from .._misc import (
     mask_field,
 )
-from .base import _BETAS, _doc, _EPS, _EPS_ROOT, _LR, _MASK, _SD_POS, _WD, AbstractAdam
+from .base import (
+    AbstractAdam,
+    ARG_BETAS,
+    ARG_EPS,
+    ARG_EPS_ROOT,
+    ARG_LR,
+    ARG_MASK,
+    ARG_SD_POS,
+    ARG_WD,
+    init_doc,
+)
 
 
 class NAdam(AbstractAdam):
@@ -101,7 +111,9 @@ class NAdamW(AbstractAdam):
     nesterov: ClassVar[bool] = True
 
 
-NAdam.__init__.__doc__ = _doc(_LR, _BETAS, _EPS, _EPS_ROOT, _SD_POS)
+NAdam.__init__.__doc__ = init_doc(ARG_LR, ARG_BETAS, ARG_EPS, ARG_EPS_ROOT, ARG_SD_POS)
 
 
-NAdamW.__init__.__doc__ = _doc(_LR, _BETAS, _EPS, _EPS_ROOT, _SD_POS, _WD, _MASK)
+NAdamW.__init__.__doc__ = init_doc(
+    ARG_LR, ARG_BETAS, ARG_EPS, ARG_EPS_ROOT, ARG_SD_POS, ARG_WD, ARG_MASK
+)

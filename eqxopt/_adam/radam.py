@@ -19,15 +19,15 @@ from .._misc import (
     scalar,
 )
 from .base import (
-    _BETAS,
-    _doc,
-    _EPS,
-    _EPS_ROOT,
-    _LR,
-    _NESTEROV,
-    _SD_KW,
-    _THRESHOLD,
     AbstractAdamFamily,
+    ARG_BETAS,
+    ARG_EPS,
+    ARG_EPS_ROOT,
+    ARG_LR,
+    ARG_NESTEROV,
+    ARG_SD_KW,
+    ARG_THRESHOLD,
+    init_doc,
     LeafRule,
 )
 
@@ -151,11 +151,11 @@ class RAdam(AbstractRAdam):
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
 
-RAdam.__init__.__doc__ = _doc(
-    _LR, _BETAS, _EPS, _EPS_ROOT, _THRESHOLD, _NESTEROV, _SD_KW
+RAdam.__init__.__doc__ = init_doc(
+    ARG_LR, ARG_BETAS, ARG_EPS, ARG_EPS_ROOT, ARG_THRESHOLD, ARG_NESTEROV, ARG_SD_KW
 )
 
 
-ScaleByRadam.__init__.__doc__ = _doc(
-    _BETAS, _EPS, _EPS_ROOT, _THRESHOLD, _NESTEROV, _SD_KW
+ScaleByRadam.__init__.__doc__ = init_doc(
+    ARG_BETAS, ARG_EPS, ARG_EPS_ROOT, ARG_THRESHOLD, ARG_NESTEROV, ARG_SD_KW
 )

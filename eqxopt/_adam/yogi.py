@@ -18,13 +18,13 @@ from .._misc import (
     scalar,
 )
 from .base import (
-    _BETAS,
-    _doc,
-    _EPS,
-    _EPS_ROOT,
-    _LR,
-    _SD_KW,
     AbstractAdamFamily,
+    ARG_BETAS,
+    ARG_EPS,
+    ARG_EPS_ROOT,
+    ARG_LR,
+    ARG_SD_KW,
+    init_doc,
     LeafRule,
 )
 
@@ -135,13 +135,13 @@ class Yogi(AbstractYogi):
     initial_accumulator_value: ClassVar[float] = 1e-6
 
 
-Yogi.__init__.__doc__ = _doc(_LR, _BETAS, _EPS, _SD_KW)
+Yogi.__init__.__doc__ = init_doc(ARG_LR, ARG_BETAS, ARG_EPS, ARG_SD_KW)
 
 
-ScaleByYogi.__init__.__doc__ = _doc(
-    _BETAS,
-    _EPS,
-    _EPS_ROOT,
+ScaleByYogi.__init__.__doc__ = init_doc(
+    ARG_BETAS,
+    ARG_EPS,
+    ARG_EPS_ROOT,
     "- `initial_accumulator_value`: the initial value of both moments (`>= 0`).",
-    _SD_KW,
+    ARG_SD_KW,
 )
