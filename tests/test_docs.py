@@ -196,7 +196,7 @@ def test_api_pages_have_a_summary_table_and_list_every_field(site):
         first_table = html[html.find("<table") : html.find("</table>")]
         for dotted in names:
             assert f'href="#{dotted}"' in first_table, (page.name, dotted)
-    states = (site / "api" / "state" / "index.html").read_text()
+    states = (site / "api" / "core" / "index.html").read_text()
     minimize = (site / "api" / "minimize" / "index.html").read_text()
     for cls, html in [
         (eqxopt.StateReport, states),

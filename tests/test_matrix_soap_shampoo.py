@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import eqxopt
-from eqxopt import _matrix
+from eqxopt._matrix import linalg as _matrix
 
 
 # --- the toolbox ------------------------------------------------------------------
