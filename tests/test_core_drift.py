@@ -10,6 +10,7 @@ import pytest
 from jaxtyping import Array, Bool, TypeCheckError
 
 import eqxopt
+from eqxopt._core.base import describe
 
 from .helpers import make_params
 
@@ -282,7 +283,7 @@ def test_a_weakly_typed_init_is_reported_as_inits():
 
 def test_typed_key_leaves_are_described():
     key = jax.random.key(0)
-    assert eqxopt._core.base.describe(key) == "key<fry>[]"
+    assert describe(key) == "key<fry>[]"
 
     class KeyState(eqxopt.AbstractOptimizer):
         def init(self, params):
