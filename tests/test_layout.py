@@ -205,3 +205,60 @@ def test_no_leaf_file_lends_its_private_helpers():
         if private:
             offences.append(f"{module} imports {private} from {target}")
     assert not offences, "\n".join(offences)
+
+
+_PRIVATE_MODULES = ("jax._src", "jaxlib", "equinox._", "optimistix._", "lineax._")
+_PRIVATE_MODULES += ("optax._src",)
+
+
+def _module_level_names(tree) -> set[str]:
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _root(node):
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def test_only_public_apis_of_other_libraries():
+    """No import of another library's private modules, and no write to a private
+    attribute of a module-level object (`RESULTS._name_to_item[...] = ...`, where
+    equinox owns `_name_to_item`): both break on an upgrade."""
+    offences = []
+    for path in sorted((ROOT / "eqxopt").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        module_level = _module_level_names(tree)
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                if name.startswith(_PRIVATE_MODULES):
+                    offences.append(f"{path.name}:{node.lineno} imports {name}")
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = (
+                    node.targets if isinstance(node, ast.Assign) else [node.target]
+                )
+                for target in targets:
+                    for sub in ast.walk(target):
+                        if (
+                            isinstance(sub, ast.Attribute)
+                            and sub.attr.startswith("_")
+                            and not sub.attr.startswith("__")
+                            and _root(sub) in module_level
+                        ):
+                            offences.append(
+                                f"{path.name}:{node.lineno} sets .{sub.attr}"
+                            )
+    assert not offences, "\n".join(offences)

@@ -241,13 +241,15 @@ def test_non_float_y0_error_names_y0():
 
 
 def test_result_prints_its_name_and_message():
-    assert str(eqxopt.RESULTS.successful) == "RESULTS.successful"
+    # As in equinox and optimistix, success has the empty message.
+    assert str(eqxopt.RESULTS.successful) == "eqxopt.RESULTS<>"
     text = str(eqxopt.RESULTS.max_steps_reached)
-    assert text.startswith("RESULTS.max_steps_reached: ") and "max_steps" in text[27:]
+    assert text.startswith("eqxopt.RESULTS<") and "`RESULTS.max_steps_reached`" in text
+    assert "Increase `max_steps`" in text
     sol = eqxopt.minimize(
         rosenbrock, eqxopt.LBFGS(), jnp.zeros(2), max_steps=2, throw=False
     )
-    assert repr(sol.result).startswith("RESULTS.max_steps_reached")
+    assert "`RESULTS.max_steps_reached`" in repr(sol.result)
     assert "eqxopt._minimize.solution" not in repr(sol)
 
 

@@ -14,8 +14,8 @@ import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
 import optimistix as optx
-from jax._src.core import trace_state_clean  # whether any JAX trace is active
 from jax.core import Tracer
+from jax.extend.core import find_top_trace
 from jaxtyping import Array, Bool, Int32, PyTree
 
 from .._bounds import (
@@ -36,10 +36,12 @@ from .._misc import (
 from .lbfgsb import LBFGSB
 from .linesearch import AbstractLineSearchOptimizer, cast, conj, select
 from .loop import loops, while_loop
-from .solution import result_item, RESULTS, Solution, succeeded
+from .solution import RESULTS, Solution, succeeded
 
 
 _ADJOINTS = ("unrolled", "implicit")
+# The trace that runs outside any transformation (`jit`, `grad`, `vmap`).
+_EVAL_TRACE = type(find_top_trace(()))
 
 
 def _split(fn, has_aux):
@@ -544,7 +546,7 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
         loss=loss,
         aux=aux,
         state=state,
-        result=result_item(result),
+        result=result,
         stats=stats,
     )
     if throw_inside:
@@ -639,7 +641,7 @@ def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solut
     # Under a transformation (`jit`, `grad`, `vmap`) `fn` may close over its tracers
     # even when no input is one. The implicit adjoint differentiates through `fn`'s
     # inputs only: its closed-over tracers become leaves of `fn` (as optimistix does).
-    tracing = not trace_state_clean()
+    tracing = type(find_top_trace(())) is not _EVAL_TRACE
     if tracing and adjoint == "implicit":
         fn = eqx.filter_closure_convert(fn, y0, args)
     # One flatten (cheaper than `eqx.partition`): arrays are traced, the rest static.

@@ -4,8 +4,6 @@ from typing import Any
 
 import equinox as eqx
 import numpy as np
-from equinox._enum import EnumerationItem
-from jax.core import Tracer
 from jaxtyping import Array, ArrayLike, PyTree
 
 
@@ -72,38 +70,14 @@ class RESULTS(eqx.Enumeration):
     )
 
 
-class _ResultItem(EnumerationItem):
-    """A `RESULTS` item that prints as its name and message."""
-
-    def __repr__(self):
-        value = self._value
-        if isinstance(value, Tracer):
-            return "RESULTS.<traced>"
-        names = {int(v._value): k for k, v in RESULTS._name_to_item.items()}
-        value = np.asarray(value)
-        if value.ndim > 0:  # batched, e.g. under `jax.vmap`
-            lanes = ", ".join(names[int(v)] for v in value.reshape(-1))
-            return f"RESULTS[{lanes}] (shape {value.shape})"
-        name = names[int(value)]
-        message = RESULTS._index_to_message[int(value)]
-        return f"RESULTS.{name}" + (f": {message}" if message else "")
-
-    __str__ = __repr__
+# Results print as `eqxopt.RESULTS<message>` (equinox's form), and every message but
+# success's empty one names its result.
+RESULTS.__module__ = "eqxopt"
 
 
 def succeeded(item) -> bool:
-    """Whether a concrete `RESULTS` item is `RESULTS.successful` (compared on the
-    host: `item == RESULTS.successful` would compile a kernel)."""
-    return int(np.asarray(item._value)) == int(RESULTS.successful._value)
-
-
-def result_item(item) -> "RESULTS":
-    """`item` as a `RESULTS` item that prints its name and message."""
-    return _ResultItem(item._value, RESULTS)  # pyright: ignore
-
-
-for _name, _item in list(RESULTS._name_to_item.items()):
-    RESULTS._name_to_item[_name] = result_item(_item)
+    """Whether a concrete `RESULTS` item is `RESULTS.successful`."""
+    return bool(np.asarray(item == RESULTS.successful))
 
 
 class Solution(eqx.Module):
@@ -117,7 +91,7 @@ class Solution(eqx.Module):
     - `state`: the optimizer's final state.
     - `result`: an [`eqxopt.RESULTS`][] item: `successful`, `max_steps_reached`,
         `nonfinite`, `linesearch_failed` or `precision_limit`; `print(sol.result)`
-        shows its name and message.
+        shows its message, which names it.
     - `stats`: a dict with `num_steps` (updates applied, int32), `num_fevals` (calls
         of `fn`; value and gradient together count once; int32) and `history` (length
         `max_steps`: `history[i]` is the loss at the start of step `i`, NaN from
