@@ -412,10 +412,12 @@ def test_named_sharding_update_equals_unsharded_and_state_stays_sharded(axis_typ
     update = jax.jit(opt.update)
     state = jax.jit(opt.init)(sharded_params)
     ref_state = opt.init(params)
+    u = None
     for _ in range(2):
         u, state = update(sharded_grads, state, sharded_params)
         u_ref, ref_state = update(grads, ref_state, params)
         assert tree_allclose(u, u_ref, rtol=1e-10, atol=1e-13)
+    assert u is not None
     for k, sharding in shardings.items():
         ndim = params[k].ndim
         assert u[k].sharding.is_equivalent_to(sharding, ndim), (k, u[k].sharding)

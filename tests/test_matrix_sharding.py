@@ -248,8 +248,10 @@ def test_explicit_mesh_spreads_and_matches(name, spread, getkey):
         predicted = eqxopt.state_shardings(opt, params)
         new_state = jax.jit(opt.init)(params)
         update = jax.jit(opt.update, compiler_options=FAST_COMPILE)
+        updates = None
         for g in grads:
             updates, new_state = update(g, new_state, params)
+        assert updates is not None
     for path, leaf, sharding in zip(
         *zip(*jax.tree_util.tree_leaves_with_path(new_state)),
         jax.tree.leaves(predicted),

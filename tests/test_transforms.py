@@ -64,9 +64,10 @@ def test_reduce_on_plateau_scale_in_hyperparams_and_updates():
     grads = {"w": jnp.ones(3)}
     state = opt.init(params)
     step = eqx.filter_jit(lambda g, s, p, v: opt.update(g, s, p, value=v))
+    updates = None
     for _ in range(2):
         updates, state = step(grads, state, params, jnp.asarray(1.0))
-    assert opt.hyperparams(state)[1]["scale"] == 0.5
+    assert updates is not None and opt.hyperparams(state)[1]["scale"] == 0.5
     assert jnp.array_equal(updates["w"], jnp.full(3, -0.5))
 
 

@@ -185,8 +185,10 @@ def test_multisteps_accumulator_dtype_and_sum():
     state = opt.init(params)
     assert state.acc_grads["x"].dtype == jnp.float32
     grads = {"x": jnp.full((3,), 0.001, jnp.float32)}
+    updates = None
     for _ in range(3):
         updates, state = opt.update(grads, state, params)
+    assert updates is not None
     assert updates["x"].dtype == jnp.bfloat16  # updates in the params' dtype
     assert jnp.allclose(updates["x"].astype(jnp.float32), -0.003, rtol=1e-2)
     hp = opt.hyperparams(state)
@@ -215,6 +217,7 @@ def test_multisteps_step_is_update_then_apply():
             out.append((m1, s1, m2, s2))
         return out
 
+    m1 = model
     for m1, s1, m2, s2 in run(model, grads):
         assert tree_allclose(m1, m2, rtol=1e-6, atol=1e-7)
         assert tree_allclose(s1, s2, rtol=1e-6, atol=1e-7)
@@ -527,6 +530,7 @@ def test_multisteps_state_stays_finite_after_nan_windows(inner):
     assert all(bool(jnp.all(jnp.isfinite(x))) for x in floats)
     assert all(bool(jnp.all(a == 0)) for a in jax.tree.leaves(state.acc_grads))
     before = state.inner_state
+    updates = None
     for g in clean:
         updates, state = step(g, state, params)
     mean = jax.tree.map(lambda *gs: sum(gs) / k, *clean)

@@ -712,6 +712,7 @@ class Kron(AbstractOptimizer[KronState]):
         qs_new = lax.cond(do_update, refresh, lambda key, qs: qs, subkey, qs_in)
 
         # Precondition the momentum, clip its RMS, add weight decay, scale by -lr.
+        mask = None
         if decay:
             assert params is not None
             mask = (

@@ -1,9 +1,8 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
 import sys
-import types
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, no_type_check
 
 import equinox as eqx
 import equinox.internal as eqxi
@@ -382,6 +381,9 @@ def _check(f, g, y, bounds, options):
     return converged, finite
 
 
+# `optx.internal.implicit_jvp` wants plain global functions: `no_type_check` keeps a
+# runtime type checker (jaxtyping's import hook) from wrapping these two.
+@no_type_check
 def _primal(inputs):
     """The solve: `inputs -> (y, residual)`. A global function (implicit_jvp needs
     one); everything it uses comes in through `inputs`."""
@@ -473,6 +475,7 @@ def _primal(inputs):
     return y, (f, aux, carry.state, result, stats)
 
 
+@no_type_check
 def _rewrite(y, residual, inputs):
     """The optimality condition, for the implicit adjoint: `grad fn(y, args) = 0`, or
     with bounds `y - P(y - grad) = 0` (so only the free variables move with `args`:
@@ -482,11 +485,6 @@ def _rewrite(y, residual, inputs):
     if problem.bounds is None:
         return grad
     return _gradient_measure(conj(grad), y, problem.bounds)
-
-
-# `optx.internal.implicit_jvp` wants plain global functions.
-for _f in (_primal, _rewrite):
-    assert isinstance(_f, types.FunctionType) and _f.__closure__ is None
 
 
 def _leaves(tree):

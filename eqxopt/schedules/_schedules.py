@@ -49,10 +49,10 @@ def _float_dtype(*values) -> np.dtype:
 
 
 @overload
-def _value(x: ArrayLike, dtype) -> Array | complex: ...
+def _value(x: ArrayLike, dtype) -> Array | int | float | complex: ...
 @overload
 def _value(x: None, dtype) -> None: ...
-def _value(x: ArrayLike | None, dtype) -> Array | complex | None:
+def _value(x: ArrayLike | None, dtype) -> Array | int | float | complex | None:
     """Python numbers pass through (weakly typed); arrays are cast to `dtype`."""
     if _is_array(x):
         return jnp.asarray(x).astype(dtype)
