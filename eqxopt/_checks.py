@@ -1,5 +1,5 @@
-"""Every check of user input in one place: hyperparameters at construction (API.md
-section 1) and the arguments of `update` at trace time.
+"""Every check of user input in one place: hyperparameters at construction
+(design.md#protocol) and the arguments of `update` at trace time.
 
 Concrete values are checked alike whatever their type (a Python number, a NumPy array,
 a JAX array that is not a tracer); only tracers and schedules pass unchecked.

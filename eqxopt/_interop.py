@@ -212,7 +212,7 @@ def _naming_extra_args(value_fn, extra):
     Optax's line searches (`optax.lbfgs`'s zoom, `scale_by_backtracking_linesearch`)
     pass `value_fn` the extra arguments its signature names and reject any other as
     "not consumed by `value_fn`", while eqxopt forwards every extra argument to every
-    child, to be ignored where unused (API.md section 1): `eqxopt.minimize` also
+    child, to be ignored where unused (design.md#protocol): `eqxopt.minimize` also
     passes Optax's `obj_fn=` and `grad_fn=`, for Sophia and SAM. Named here, they are
     dropped at `value_fn`, and the arguments `value_fn` itself takes still reach it.
     """

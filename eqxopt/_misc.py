@@ -2,7 +2,7 @@
 
 The one rule behind them: only inexact JAX arrays are optimised, every other leaf maps
 to `None`, and arithmetic runs in at least float32 while buffers keep their declared
-dtype (API.md, section 2).
+dtype (design.md#dtype-rules).
 """
 
 import functools as ft

@@ -43,7 +43,7 @@ class Case(NamedTuple):
       float32 for low-precision params) instead of random normals.
     - `wrappable`: include it in wrapper-based property tests (e.g. MultiSteps).
     - `bad`: `(make_bad, field)` pairs: `make_bad()` must raise a `ValueError` whose
-      message names `field` (API.md section 1).
+      message names `field` (design.md#protocol).
     - `optax_fn`: the Optax function of the same name, as a dotted path under `optax`
       (`"adam"`, `"contrib.dog"`): the constructor's positional parameters must follow
       its order (`state_dtype` stands for `mu_dtype` / `accumulator_dtype`).

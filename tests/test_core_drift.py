@@ -1,4 +1,4 @@
-"""The one drift check (API.md rule 5): any `update`, built in or a user's, that
+"""The one drift check (dtype rule 5): any `update`, built in or a user's, that
 returns a state of another structure/dtype/shape/weak type fails at trace time, naming
 the leaf's path and both types."""
 

@@ -1,4 +1,4 @@
-"""The optimizer protocol (API.md section 1): whole models as params, `step`,
+"""The optimizer protocol (design.md#protocol): whole models as params, `step`,
 `hyperparams`, schedule counting, array hyperparameters without recompiling,
 construction without arrays, serialisation."""
 

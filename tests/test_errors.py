@@ -57,7 +57,7 @@ def test_adamw_without_params_is_an_error():
         opt.update(params, opt.init(params))
 
 
-# --- API.md section 1: what a scalar hyperparameter may be, whatever its type ------
+# --- design.md#protocol: what a scalar hyperparameter may be, whatever its type ------
 
 NOT_A_HYPERPARAMETER = [
     (lambda: eqxopt.Adam(jnp.asarray(-1e-3)), "learning_rate", ">= 0"),  # ascends

@@ -1,4 +1,4 @@
-"""Optax and optimistix interoperation (API.md section 5)."""
+"""Optax and optimistix interoperation (interop.md)."""
 
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""`eqxopt.minimize` (API.md section 4): convergence, stats, results and errors,
+"""`eqxopt.minimize` (design.md#minimize): convergence, stats, results and errors,
 derivatives of the solution with respect to `args` for both adjoints."""
 
 import equinox as eqx

@@ -1,4 +1,4 @@
-"""L-BFGS-B and box constraints in `eqxopt.minimize` (API.md sections 3 and 4):
+"""L-BFGS-B and box constraints in `eqxopt.minimize` (design.md#conventions):
 SciPy's L-BFGS-B as the reference, the unbounded case equal to L-BFGS, projected
 first-order methods, bound validation, derivatives with active bounds, `jax.vmap`."""
 
@@ -333,7 +333,7 @@ def test_project_box_checks_its_bounds_at_construction(lower, upper, message):
 
 
 def test_minimize_without_bounds_solves_like_lbfgs():
-    """API.md: `minimize` passes `LBFGSB` its bounds; given none, both sides are open
+    """design.md: `minimize` passes `LBFGSB` its bounds; given none, both sides are open
     and it takes `LBFGS`'s steps (its `update` alone still requires `bounds=`)."""
     y0 = jnp.array([-1.2, 1.0, -0.5, 0.3])
     solve = lambda opt: eqxopt.minimize(rosenbrock, opt, y0, rtol=0.0, atol=1e-9)

@@ -1,4 +1,4 @@
-"""Mixed precision end to end (API.md section 2, rule 7): a bfloat16 Equinox model
+"""Mixed precision end to end (dtype rule 7): a bfloat16 Equinox model
 trained with float32 gradients tracks the same model trained in float32."""
 
 import functools as ft

@@ -1,4 +1,4 @@
-"""API.md rule 2 and 8 without x64 (the rest of the suite runs with x64 on)."""
+"""dtype rules 2 and 8 without x64 (the rest of the suite runs with x64 on)."""
 
 import os
 import subprocess

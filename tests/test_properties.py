@@ -1,4 +1,4 @@
-"""Properties of every registry entry (API.md section 2), for every param dtype.
+"""Properties of every registry entry (design.md#dtype-rules), for every param dtype.
 
 For float16/bfloat16/float32/float64 params, with grads in the params' dtype and in
 float32: the state keeps its exact structure/dtypes/shapes/weak types over jitted
@@ -69,7 +69,7 @@ def check_state_properties(
     state_dtype=None,
     compiled=False,
 ):
-    """Check API.md rules 1-8 for `opt` on `case`'s params in `dtype_name`.
+    """Check dtype rules 1-8 for `opt` on `case`'s params in `dtype_name`.
 
     By default everything is traced abstractly (`eqx.filter_eval_shape`): the types
     are what is under test, and `jit` caches on exactly these avals, so "the state
@@ -265,14 +265,14 @@ def test_empty_leaves_and_zero_grads_leave_no_nan(case):
     "case", [c for c in CASES if c.extra is None], ids=lambda c: c.id
 )
 def test_complex_params_are_optimised_or_refused_by_name(case):
-    """API.md: complex leaves are optimised. Every entry either takes complex64 params
-    (updates in complex64, a state that keeps its avals through an update traced as a
-    `lax.scan` body and a `lax.cond` branch), or is one of the few that take real
-    params only and says so at `init`, naming the leaf: wrapped in
+    """Complex leaves are optimised (design.md#protocol). Every entry either takes
+    complex64 params (updates in complex64, a state that keeps its avals through an
+    update traced as a `lax.scan` body and a `lax.cond` branch), or is one of the few
+    that take real params only and says so at `init`, naming the leaf: wrapped in
     `SplitRealAndImaginary`, as its error suggests, it then takes them. (Traced
     abstractly, under JAX's default dtype promotion: complex arithmetic mixes complex
-    and real arrays. Entries whose `update` needs the loss are left out: the
-    registry's losses are real functions of real params.)"""
+    and real arrays. Entries whose `update` needs the loss are left out: the registry's
+    losses are real functions of real params.)"""
     real = make_params(jnp.float32, case.shapes)
     params = jtu.tree_map(lambda x: lax.complex(x, 0.5 * x), real)
     grads = jtu.tree_map(

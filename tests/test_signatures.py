@@ -1,6 +1,7 @@
-"""Every public constructor follows the Optax function of the same name (API.md
-section 1): the same argument names, in the same order, with the same defaults, where
-one `state_dtype` stands for Optax's `mu_dtype` / `accumulator_dtype`."""
+"""Every public constructor follows the Optax function of the same name
+(design.md#conventions): the same argument names, in the same order, with the same
+defaults, where one `state_dtype` stands for Optax's `mu_dtype` / `accumulator_dtype`.
+"""
 
 import inspect
 import re
@@ -15,7 +16,7 @@ from .helpers import CASES
 
 
 # eqxopt's names for Optax's: one `state_dtype` for every buffer dtype, and the
-# core wrappers' `optimizer(s)` / `labels` (API.md section 3).
+# core wrappers' `optimizer(s)` / `labels` (design.md#conventions).
 _RENAMED = {
     "mu_dtype": "state_dtype",
     "accumulator_dtype": "state_dtype",
@@ -29,10 +30,10 @@ _WRAPPER_RENAMED = {
     "param_labels": "labels",
 }
 _PLAIN = (bool, int, float, str, tuple, type(None))  # defaults compared by value
-# Where API.md fixes another signature than Optax's, and why.
+# Where the docs fix another signature than Optax's, and why.
 _API_DIFFERS = {
-    "Muon": "API.md gives Muon the reference's (Keller Jordan's) arguments",
-    "ScaleByLearningRate": "API.md: `ScaleByLearningRate(learning_rate)`, required",
+    "Muon": "The docs give Muon the reference's (Keller Jordan's) arguments",
+    "ScaleByLearningRate": "The docs: `ScaleByLearningRate(learning_rate)`, required",
     "Chain": "`Chain(*optimizers)`: nothing to compare",
 }
 

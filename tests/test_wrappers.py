@@ -1,5 +1,5 @@
-"""Wrappers (API.md section 3): `ZeroNans`, `ApplyIfFinite`, `MultiSteps`, `Masked`,
-`Partition`, and the Optax failures they rebuild.
+"""Wrappers (design.md#conventions): `ZeroNans`, `ApplyIfFinite`, `MultiSteps`,
+`Masked`, `Partition`, and the Optax failures they rebuild.
 
 - `MultiSteps(Chain(ZeroNans(), Adam))`: failed in Optax < 0.2.0 (the bool NaN flags
   were averaged into numbers and `lax.cond` rejected the branches); Optax 0.2.8 still

@@ -1,4 +1,4 @@
-"""The optimizer protocol and the one state-drift check behind API.md rule 5.
+"""The optimizer protocol and the one state-drift check behind dtype rule 5.
 
 How a drift's path is found: every concrete `init`, `update` and `step` is wrapped once,
 when its class is defined. The wrapper of the call that returned the drifted state
@@ -317,7 +317,7 @@ def _check_real(opt, params) -> None:
 
 
 def _checked(method: str, fn):
-    """Wrap a concrete `init`, `update` or `step` with the state checks (API.md rules
+    """Wrap a concrete `init`, `update` or `step` with the state checks (dtype rules
     5 and 8)."""
 
     def _enter(self) -> bool:
@@ -450,7 +450,7 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
 
     def __check_init__(self):
         # Every field annotated as a scalar hyperparameter must be a real scalar or a
-        # schedule (API.md section 1); ranges are checked by each class.
+        # schedule (design.md#protocol); ranges are checked by each class.
         check_scalar_fields(self)
 
     @abc.abstractmethod

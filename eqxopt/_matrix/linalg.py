@@ -486,7 +486,7 @@ def every_k(
 
     `count` is the int32 step counter from the state and `k` a Python int or an
     (integer) array, so stepping never recompiles, nor does changing `k` when it is
-    an array. `refresh` and `keep` must return the same types (API.md rule 5).
+    an array. `refresh` and `keep` must return the same types (dtype rule 5).
     """
     k = jnp.asarray(k, jnp.int32)
     return jax.lax.cond(count % k == 0, refresh, keep, *operands)

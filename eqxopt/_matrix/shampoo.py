@@ -329,7 +329,7 @@ class Shampoo(AbstractOptimizer[ShampooState]):
         return self.graft_type not in ("sgd", "sqrt_n")
 
     def _pdtype(self, p):
-        # API.md rule 8: no state buffer wider than the params (or `state_dtype`).
+        # dtype rule 8: no state buffer wider than the params (or `state_dtype`).
         return jnp.dtype(self.precond_dtype or self.state_dtype or p.dtype)
 
     _real_params_only = (

@@ -257,7 +257,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
         )
 
     def _pdtype(self, p):
-        # API.md rule 8: no state buffer wider than the params (or `state_dtype`).
+        # dtype rule 8: no state buffer wider than the params (or `state_dtype`).
         return jnp.dtype(self.precond_dtype or self.state_dtype or p.dtype)
 
     # -- protocol ----------------------------------------------------------------

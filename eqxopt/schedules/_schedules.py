@@ -315,7 +315,7 @@ class AbstractSchedule(eqx.Module):
     """
 
     def __check_init__(self):
-        # Every schedule validates its own numbers (API.md section 1): values are
+        # Every schedule validates its own numbers (design.md#protocol): values are
         # step sizes or rates, so real scalars >= 0; the shape parameters are real
         # scalars. Tracers pass through. Each class checks its own ranges too.
         for field in dataclasses.fields(self):
