@@ -146,7 +146,7 @@ def tree_map(f: Callable, tree, *rest, names: Sequence[str] | None = None):
                 structure = jtu.tree_structure(tree, is_leaf=is_none)
             if jtu.tree_structure(other, is_leaf=is_none) != structure:
                 check_same_structure(
-                    _strip(tree), _strip(other), names=(names[0], name)
+                    only_params(tree), only_params(other), names=(names[0], name)
                 )
         filled.append(other)
 
@@ -160,6 +160,14 @@ def tree_map(f: Callable, tree, *rest, names: Sequence[str] | None = None):
             return None
         for i in mirrors:
             y = xs[i]
+            if names[i + 1] == "params" and eqx.is_array(y) and not is_param(y):
+                where = jtu.keystr(path)
+                raise ValueError(
+                    f"eqxopt: `{names[0]}{where}` is a {x.dtype} gradient, but "
+                    f"`params{where}` is {y.dtype}: only floating-point and complex "
+                    "leaves are optimised, so its gradient must be None (as "
+                    "`eqx.filter_grad` gives), or the param a floating-point array."
+                )
             if is_param(y) and y.shape != x.shape:
                 where = jtu.keystr(path)
                 raise ValueError(
@@ -172,7 +180,7 @@ def tree_map(f: Callable, tree, *rest, names: Sequence[str] | None = None):
     return jtu.tree_map_with_path(_apply, tree, *filled, is_leaf=is_none)
 
 
-def _strip(tree):
+def only_params(tree):
     """`tree` with every leaf that is not optimised replaced by `None`."""
     return jtu.tree_map(lambda x: x if is_param(x) else None, tree, is_leaf=is_none)
 

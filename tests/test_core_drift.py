@@ -318,6 +318,61 @@ def test_grads_passed_as_state_says_so():
         eqxopt.Adam(1e-3).update(params, params, params)  # pyright: ignore[reportArgumentType]
 
 
+def test_model_and_grads_swapped_in_step_says_so():
+    # A model's functions (here `jax.nn.relu`) would have been replaced by `None`.
+    model = eqx.nn.MLP(2, 1, 4, 1, key=jax.random.key(0))
+    grads = jax.tree.map(jnp.ones_like, eqx.filter(model, eqx.is_inexact_array))
+    opt = eqxopt.Adam(1e-2)
+    state = opt.init(model)
+    with pytest.raises(TypeError, match=r"at `grads\.activation`.*wrong order"):
+        opt.step(grads, model, state)
+    model, _ = opt.step(model, grads, state)  # the right order
+    assert callable(model.activation)
+
+
+def test_a_float_gradient_for_an_integer_param_names_the_leaf():
+    params = {"w": jnp.arange(3), "b": jnp.zeros(2)}
+    opt = eqxopt.Adam(1e-2)
+    grads = {"w": jnp.ones(3), "b": jnp.ones(2)}
+    with pytest.raises(
+        ValueError, match=r"`grads\['w'\]` is a float.*`params\['w'\]` is"
+    ):
+        opt.step(params, grads, opt.init(params))
+    # None for it, as `eqx.filter_grad` gives, is the way:
+    new, _ = opt.step(params, {"w": None, "b": jnp.ones(2)}, opt.init(params))
+    assert new["w"] is params["w"]
+
+
+def test_state_of_another_dtype_than_the_model_says_so():
+    opt = eqxopt.Adam(1e-2)
+    state = opt.init({"w": jnp.ones(3, jnp.float32)})
+    model16 = {"w": jnp.ones(3, jnp.bfloat16)}
+    grads16 = {"w": jnp.ones(3, jnp.bfloat16)}
+    with pytest.raises(ValueError, match=r"`state\.mu\['w'\]` is float32.*bfloat16"):
+        opt.step(model16, grads16, state)
+    # With `state_dtype` the float32 state is what was asked for.
+    opt32 = eqxopt.Adam(1e-2, state_dtype=jnp.float32)
+    model, state = opt32.step(model16, grads16, opt32.init(model16))
+    assert state.mu["w"].dtype == jnp.float32 and model["w"].dtype == jnp.bfloat16
+
+
+def test_a_state_of_the_wrong_class_is_named_without_suggesting_a_cast():
+    class DictState(eqxopt.AbstractOptimizer):
+        def init(self, params):
+            return eqxopt.Adam(1e-2).init(params)
+
+        def update(self, grads, state, params=None, **extra):
+            updates, s = eqxopt.Adam(1e-2).update(grads, state, params)
+            return updates, {"count": s.count, "mu": s.mu, "nu": s.nu}
+
+    params = {"w": jnp.ones(3)}
+    with pytest.raises(eqxopt.StateDriftError) as info:
+        DictState().update(params, DictState().init(params), params)
+    message = str(info.value)
+    assert "it was an `AdamState`, it came back a `dict`" in message
+    assert "astype" not in message and "same state class" in message
+
+
 def test_wrong_shape_grads_name_the_leaf():
     params = {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}
     opt = eqxopt.Adam(1e-3)

@@ -501,3 +501,13 @@ def test_solve_compile_options_are_understood_by_this_xla():
 
     assert "reduce-window" in hlo({})
     assert "reduce-window" not in hlo(_CPU_OPTIONS)
+
+
+def test_a_loss_with_aux_but_no_has_aux_says_so():
+    def loss_and_aux(y, args):
+        return jnp.sum(y**2), {"y": y}
+
+    with pytest.raises(ValueError, match="returned a tuple of 2.*has_aux=True"):
+        eqxopt.minimize(loss_and_aux, eqxopt.LBFGS(), jnp.ones(2))
+    sol = eqxopt.minimize(loss_and_aux, eqxopt.LBFGS(), jnp.ones(2), has_aux=True)
+    assert jnp.allclose(sol.aux["y"], sol.value)

@@ -25,7 +25,15 @@ from jaxtyping import Array, Int32
 
 from .._checks import check_scalar_fields
 from .._custom_types import Params, State, Updates
-from .._misc import is_param, STATE_CLASSES, tree_map, typechecked
+from .._misc import (
+    is_none,
+    is_param,
+    only_params,
+    real_dtype,
+    STATE_CLASSES,
+    tree_map,
+    typechecked,
+)
 
 
 class StateDriftError(TypeError):
@@ -98,9 +106,14 @@ class StateDriftError(TypeError):
                 "Every `update` must return a state with exactly the tree structure, "
                 "shapes, dtypes and weak types of the state it was given, so that the "
                 "state can be a `lax.scan` carry or a `lax.cond` branch output and a "
-                "jitted step compiles once. Cast the new leaf back "
-                "(`new.astype(old.dtype)`), or set EQXOPT_CHECK_STATE=0 to switch this "
-                "check off."
+                "jitted step compiles once. "
+                + (
+                    "Return the same state class, with the same fields and containers "
+                    "(build it as `init` does)"
+                    if _is_structural(expected, got)
+                    else "Cast the new leaf back (`new.astype(old.dtype)`)"
+                )
+                + ", or set EQXOPT_CHECK_STATE=0 to switch this check off."
             )
         super().__init__(message)
         # Where `path` starts: at the state of the call that raised this error (the
@@ -155,6 +168,9 @@ def first_drift(before, after) -> tuple[str, str, str] | None:
     leaves_b, treedef_b = jtu.tree_flatten_with_path(before)
     leaves_a, treedef_a = jtu.tree_flatten_with_path(after)
     if treedef_a != treedef_b:
+        node = _first_node_change(before, after, "")
+        if node is not None:
+            return node
         # Report the first path present in one and not the other, else the node.
         paths_b = {jtu.keystr(p) for p, _ in leaves_b}
         paths_a = {jtu.keystr(p) for p, _ in leaves_a}
@@ -170,6 +186,41 @@ def first_drift(before, after) -> tuple[str, str, str] | None:
         if db != da:
             return jtu.keystr(path), db, da
     return None
+
+
+def _node(x) -> str:
+    name = type(x).__name__
+    return f"{'an' if name[0].lower() in 'aeiou' else 'a'} `{name}`"
+
+
+def _first_node_change(before, after, path: str) -> tuple[str, str, str] | None:
+    """The shallowest `(path, expected, got)` where a container changed type (a dict
+    returned for a state Module), or `None`."""
+    if type(before) is not type(after):
+        is_leaf_b = not jtu.tree_leaves(before, is_leaf=lambda x: x is not before)
+        is_leaf_a = not jtu.tree_leaves(after, is_leaf=lambda x: x is not after)
+        if not (is_leaf_b and is_leaf_a):
+            return path, _node(before), _node(after)
+        return None
+    children_b = jtu.tree_flatten_with_path(before, is_leaf=lambda x: x is not before)
+    children_a = jtu.tree_flatten_with_path(after, is_leaf=lambda x: x is not after)
+    paths_a = {jtu.keystr(p): c for p, c in children_a[0]}
+    for p, child in children_b[0]:
+        key = jtu.keystr(p)
+        if key in paths_a and child is not before:
+            found = _first_node_change(child, paths_a[key], path + key)
+            if found is not None:
+                return found
+    return None
+
+
+def _is_structural(expected: str, got: str) -> bool:
+    """Whether a drift is of the tree's structure, not of one leaf's type."""
+    return (
+        got in ("missing", "absent")
+        or expected in ("missing", "absent")
+        or (expected.startswith(("a ", "an ")) and got.startswith(("a ", "an ")))
+    )
 
 
 def _init_problem(state) -> tuple[str, str, str] | None:
@@ -303,6 +354,44 @@ def _check_arguments(opt, grads, state) -> None:
         )
 
 
+def _check_step_arguments(opt, model, grads, state) -> None:
+    """Trace-time checks of `step`'s arguments: `model` and `grads` in the right order,
+    and a state that still mirrors the model's dtypes (dtype rule 1)."""
+    name = type(opt).__name__
+    for path, leaf in jtu.tree_flatten_with_path(grads)[0]:
+        if not (eqx.is_array_like(leaf) or leaf is None):
+            raise TypeError(
+                f"`{name}.step(model, grads, state)` got a {type(leaf).__name__} at "
+                f"`grads{jtu.keystr(path)}`: grads hold arrays (or None, as "
+                "`eqx.filter_grad` gives for the leaves that are not differentiated). "
+                "Were `model` and `grads` passed in the wrong order?"
+            )
+    if getattr(opt, "state_dtype", "") is not None or not dataclasses.is_dataclass(
+        state
+    ):
+        return
+    params = jtu.tree_flatten_with_path(model)[0]
+    if not any(is_param(p) for _, p in params):
+        return
+    structure = jtu.tree_structure(only_params(model), is_leaf=is_none)
+    for field in dataclasses.fields(state):
+        buffers = getattr(state, field.name)
+        if jtu.tree_structure(only_params(buffers), is_leaf=is_none) != structure:
+            continue
+        for (path, p), b in zip(params, jtu.tree_leaves(buffers, is_leaf=is_none)):
+            if not (is_param(p) and is_param(b)) or p.shape != b.shape or p.ndim == 0:
+                continue
+            if real_dtype(p.dtype) != real_dtype(b.dtype):
+                where = jtu.keystr(path)
+                raise ValueError(
+                    f"`{name}.step`: `state.{field.name}{where}` is {b.dtype} but the "
+                    f"param `model{where}` is {p.dtype}: the state was initialised "
+                    "for params of another dtype and no longer mirrors them. "
+                    f"Initialise it on these params (`{name}.init(model)`), or pass "
+                    f"`state_dtype=jnp.{b.dtype}` to keep {b.dtype} state."
+                )
+
+
 def _check_real(opt, params) -> None:
     """The `ValueError` of an optimizer that takes real params only, at `init`."""
     for path, x in jtu.tree_flatten_with_path(params)[0]:
@@ -381,6 +470,7 @@ def _checked(method: str, fn):
                 return fn(self, model, grads, state, **extra)
             name = type(self).__name__
             try:
+                _check_step_arguments(self, model, grads, state)
                 new_model, new_state = fn(self, model, grads, state, **extra)
             except StateDriftError as e:
                 _reraise(self, e, method)

@@ -61,8 +61,20 @@ def _split(fn, has_aux):
                         f"of arrays; `aux{jtu.keystr(path)}` is a "
                         f"{type(leaf).__name__}."
                     )
+        elif isinstance(out, (tuple, list)):
+            raise ValueError(
+                f"eqxopt.minimize: `fn` returned a {type(out).__name__} of "
+                f"{len(out)} elements, not a scalar loss. If it returns `(loss, aux)`, "
+                "pass `has_aux=True`."
+            )
         else:
             loss, aux = out, None
+        if not eqx.is_array_like(loss):
+            raise ValueError(
+                "eqxopt.minimize: `fn` must return a real floating-point scalar loss"
+                + (" (as the first element of its output)" if has_aux else "")
+                + f", got a {type(loss).__name__}."
+            )
         loss = jnp.asarray(loss)
         if loss.shape != () or not jnp.issubdtype(loss.dtype, jnp.floating):
             raise ValueError(
