@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import jax.random as jr
 import jax.tree_util as jtu
+import numpy as np
 import pytest
 
 import eqxopt
@@ -181,3 +182,16 @@ def test_no_params_needed_without_weight_decay():
     for opt in opts:
         updates, _ = opt.update(params, opt.init(params))
         assert updates["w"].shape == (3, 2)
+
+
+def test_write_after_leaves_every_value_bit_for_bit():
+    from eqxopt._misc import write_after
+
+    x = jnp.array([1.5, -0.0, 0.0, jnp.inf, -jnp.inf, jnp.nan, -3.0])
+    for dependency in (x[::-1], jnp.float32(jnp.nan), jnp.float32(2.0)):
+        got = write_after(x, dependency)
+        assert np.array_equal(
+            np.asarray(got).view(np.uint32), np.asarray(x).view(np.uint32)
+        )
+    z = jax.lax.complex(x, -x)
+    assert np.array_equal(np.asarray(write_after(z, x)), np.asarray(z), equal_nan=True)

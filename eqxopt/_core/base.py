@@ -33,6 +33,7 @@ from .._misc import (
     STATE_CLASSES,
     tree_map,
     typechecked,
+    write_after,
 )
 
 
@@ -558,9 +559,9 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
     # State fields (trees mirroring the params) that `step` writes after the new
     # params. When a state buffer is read both by the update and by its own new value
     # (or its new value is a plain copy of the grads), XLA on CPU copies the donated
-    # buffer before overwriting it; adding an exact zero computed from the new params
-    # orders the write after the params' update, so XLA writes it in place. The new
-    # state equals `update`'s (a `-0.0` may become `+0.0`). Leaves under 4096 elements
+    # buffer before overwriting it; `write_after` (`_misc.py`) orders the write
+    # after the params' update, so XLA writes it in place. The new state equals
+    # `update`'s bit for bit. Leaves under 4096 elements
     # are left alone: their copies cost nothing measurable, while every ordered leaf
     # adds trace and compile time.
     _write_after_params: ClassVar[tuple[str, ...]] = ()
@@ -579,7 +580,7 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
         def _order(s, p):
             if not eqx.is_inexact_array(p) or p.shape != s.shape or p.size < 4096:
                 return s
-            return s + jnp.where(jnp.isfinite(p), p * 0, 0).astype(s.dtype)
+            return write_after(s, p)
 
         for field in self._write_after_params:
             buffers = getattr(state, field)

@@ -3,7 +3,6 @@
 from typing import Any
 
 import equinox as eqx
-import jax.lax as lax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
@@ -23,6 +22,7 @@ from .._misc import (
     tree_map_unzip,
     tree_total,
     typechecked,
+    write_after,
     zero_count,
     zeros_like,
 )
@@ -164,15 +164,10 @@ class DAdaptAdamW(AbstractOptimizer[DAdaptAdamWState]):
             g32, s32, eas32 = g.astype(ldt), s.astype(ldt), eas.astype(ldt)
             numerator = real_vdot(g32, s32 / (jnp.sqrt(eas32) + eps_))
             # The new buffers overwrite the donated ones in place only once the
-            # reduction has read them: XLA copies them otherwise. Adding an exact
-            # `-0.0` that depends on the reduction's result orders the writes after it.
-            zero = -jnp.where(jnp.isfinite(numerator), jnp.abs(numerator) * 0, 0)
+            # reduction has read them: written after its result.
             new_ea = b1_ * ea.astype(ldt) + (1 - b1_) * dlr_ * g32
-            new_eas = b2_ * eas32 + (1 - b2_) * abs_sq(g32) + zero
-            new_s = sb2_ * s32 + (1 - sb2_) * dlr_ * g32
-            new_s = new_s + (
-                lax.complex(zero, zero) if new_s.dtype.kind == "c" else zero
-            )
+            new_eas = write_after(b2_ * eas32 + (1 - b2_) * abs_sq(g32), numerator)
+            new_s = write_after(sb2_ * s32 + (1 - sb2_) * dlr_ * g32, numerator)
             u = -wd.astype(ldt) * dlr_ * p.astype(ldt) - new_ea / (
                 jnp.sqrt(new_eas) + eps_
             )

@@ -22,6 +22,7 @@ from .._misc import (
     scalar,
     tree_map_unzip,
     typechecked,
+    write_after,
     zero_count,
     zeros_like,
 )
@@ -79,12 +80,9 @@ def _lion_step(
         new_m = one_minus_b2 * g32 + b2 * m32
         if apply:
             update = p + update  # exactly `eqx.apply_updates`
-            # The old momentum is read twice: for the new params and for the new
-            # momentum. Adding an exact zero computed from the new params orders the
-            # second read after the first, so XLA updates a donated momentum in place
-            # instead of copying it first (XLA:CPU does not fuse the two readers).
-            new_p = update.astype(dtype)
-            new_m = new_m + jnp.where(jnp.isfinite(new_p), new_p * 0, 0)
+            # The old momentum is read twice, for the new params and the new momentum:
+            # written after the params, a donated momentum is updated in place.
+            new_m = write_after(new_m, update.astype(dtype))
         return pack(update, new_m.astype(m.dtype))
 
     updates, mu = tree_map_unzip(
