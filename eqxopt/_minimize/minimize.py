@@ -576,52 +576,10 @@ def _jit_body(dynamic, static, *rest):
     return arrays, eqxi.Static(others)
 
 
-# The solve is a loop of small, mostly scalar kernels: XLA's CPU compile time is
-# dominated by LLVM code generation for each of them (about 3/4 of it on Rosenbrock
-# 10, the HLO passes most of the rest). Three per-computation options (other backends
-# ignore them; they exist in the XLA of the jaxlib versions below, other versions
-# compile with XLA's defaults):
-# - XLA's older (non-MLIR) fusion emitters generate this code about twice as fast,
-#   with the same run time;
-# - the LLVM module is split into 2 parts compiled on parallel threads, not into
-#   XLA's default number: each part has a fixed cost, and on a program of a few
-#   dozen small kernels more parts cost CPU time without shortening the wall time.
-#   Rosenbrock 10's compilation (2-core shared CPU, medians of 7): 1 part 315 ms
-#   wall, 368 ms CPU; the default split 315 and 475 ms; 2 parts 277 and 369 ms. Over
-#   first calls of the nine unbounded benchmark problems (in one process,
-#   interleaved, two runs), 1 part took the same CPU time as 2 parts and 1.11 and
-#   1.17 times the wall time (median ratios); the default split (one run) about 1.1x
-#   the CPU time.
-#   1 and 2 parts give the same evaluations and solutions, to the last bit, on all 17
-#   unbounded and bounded benchmark problems. The number is fixed, not the machine's
-#   core count: LLVM's code for a part can differ from that for the whole in a last
-#   bit (inlining, multiply-add contraction), and a solve's iterates should not depend
-#   on the machine it compiles on;
-# - XLA's CPU tree-reduction rewrite is off (the pass of that name is the CPU
-#   backend's; GPU's is named `tree-reduction-rewriter`, `gpu-tree-reduction-rewriter`
-#   in older XLA, so GPU compilation keeps its own): it turns every reduction
-#   over more than 32 elements (each inner product, norm and maximum of a problem
-#   with 100 or more variables, and `fn`'s own sums) into a reduction of windows of
-#   32 and a final one, two kernels where one does. A function of three sums over 100
-#   elements compiled in 63-73 against 37-43 ms; Rosenbrock 100's solve in 519
-#   against 389 ms, the quadratic's in 670 against 404 ms (medians of 3). Compiled
-#   runs of the 17 benchmark problems (medians, interleaved) took 0.98 of the time
-#   (median; 0.61-1.07, the problems without a reduction over more than 32 elements
-#   within the noise: their programs are the same), Rosenbrock 1000 117 against 192
-#   ms, the 10,000-variable bounded problem 185 against 184 ms, a float64 and a
-#   float32 fit to 10^6 points 99 against 106 and 107 against 108 ms. The
-#   evaluations are the same on 14 of the 17 (Rosenbrock 100: 608 -> 602, Rosenbrock
-#   1000: 5769 -> 5768, the quadratic: 890 -> 878: another order of summation). A
-#   float32 sum of 10^4 to 10^7 uniform numbers has the same rounding error either way.
-#   Not used: `xla_llvm_disable_expensive_passes`, copy insertion's region analysis,
-#   `xla_cpu_opt_preset` (0, 1 and 2) and `xla_cpu_prefer_vector_width=128` (no
-#   measurable gain); `xla_cpu_disable_loop_unrolling` (Rosenbrock 100's compilation
-#   394 -> 341 ms, but it is a key of the map `xla_backend_extra_options`, which
-#   `compiler_options` cannot set: only the process-wide `XLA_FLAGS` can);
-#   `xla_backend_optimization_level=1` (a third less compilation per reduction over
-#   100 or more elements, but other rounding: other iterates on 4 of 5 problems, and
-#   the 10,000-variable solve 8% slower); and level 0 (40% less compilation, runs up
-#   to 9x slower).
+# The solve is a loop of small, mostly scalar kernels whose CPU compile time is mostly
+# LLVM code generation: these per-computation options compile it faster, with the same
+# iterates to the last bit (the measurements, and the options tried and not used, are
+# in benchmarks/README.md, "Compiler options of the solve"). Other backends ignore them.
 _CPU_OPTIONS = (
     {
         "xla_cpu_use_fusion_emitters": False,
