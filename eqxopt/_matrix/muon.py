@@ -305,6 +305,10 @@ class _Input:
         self.matrix = matrix
 
 
+def _is_input(x) -> bool:
+    return x is None or isinstance(x, _Input)
+
+
 @typechecked
 class MuonState(eqx.Module):
     """State of [`eqxopt.Muon`][]: the step count, the momentum buffers (`mu`, a leaf
@@ -461,10 +465,10 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
             state_dtype=self.state_dtype,
         )
 
-    def _route(self, params) -> tuple[list, Any]:
-        """`(views, fallback_mask)`: one `MatrixView` (Muon leaf) or `None` per leaf of
-        `params` (in `jtu.tree_flatten(params, is_leaf=is_none)` order), and the mask of
-        the fallback's leaves (`True`/`False` per param leaf, `None` elsewhere), as
+    def _route(self, params) -> tuple[Any, Any]:
+        """`(views, fallback_mask)`: a tree of params' structure holding one
+        `MatrixView` per Muon leaf (`None` elsewhere), and the mask of the fallback's
+        leaves (`True`/`False` per param leaf, `None` elsewhere), as
         [`eqxopt.Partition`][] resolves its labels."""
         spec = _default_mask if self.matrix_mask is None else self.matrix_mask
         resolved = resolve_spec(
@@ -480,13 +484,14 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
             (view is None) if is_param(p) else None
             for (_, p), view in zip(leaves_with_path, views)
         ]
-        return views, jtu.tree_unflatten(treedef, mask)
+        return jtu.tree_unflatten(treedef, views), jtu.tree_unflatten(treedef, mask)
 
     # -- protocol --------------------------------------------------------------------
 
     def init(self, params: Params) -> _State:
         leaves, treedef = jtu.tree_flatten(params, is_leaf=is_none)
-        views, fb_mask = self._route(params)
+        view_tree, fb_mask = self._route(params)
+        views = treedef.flatten_up_to(view_tree)
         dtype_of = lambda p: self.state_dtype or p.dtype
         mu = [
             None if v is None else zeros_like_leaf(p, dtype_of(p))
@@ -517,22 +522,42 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
         )
 
     def update(self, grads: Updates, state: _State, params=None, **extra):
-        name = type(self).__name__
         lr = resolve(self.learning_rate, state.count)
         wd = resolve(self.weight_decay, state.count)
-        needs_params = not (isinstance(wd, (int, float)) and wd == 0)
-        if params is None and (needs_params or self.fallback is None):
+        decays = not (isinstance(wd, (int, float)) and wd == 0)
+        if params is None and (decays or self.fallback is None):
             raise ValueError(
-                f"`{name}.update` needs `params` (for the weight decay, and for its "
-                "default fallback, AdamW)."
+                f"`{type(self).__name__}.update` needs `params` (for the weight decay, "
+                "and for its default fallback, AdamW)."
             )
-        reference = grads if params is None else params
-        _, treedef = jtu.tree_flatten(reference, is_leaf=is_none)
-        views, fb_mask = self._route(reference)
-        view_tree = jtu.tree_unflatten(treedef, views)
-        names = ("grads", "state.mu", "matrix_mask")
+        # Route: which leaves are Muon's matrices, which go to the fallback.
+        views, fb_mask = self._route(grads if params is None else params)
+        mu, inputs = self._momentum(grads, state, views)
+        ortho = self._orthogonalize_all(inputs, state.ns_coeffs)
+        muon_updates, nu = self._finish(grads, ortho, params, state, views, lr, wd)
+        updates, fb_state = self._merge_fallback(
+            muon_updates, grads, params, state, fb_mask, extra
+        )
+        # The row moments (NorMuon) are replicated over the params' mesh, as
+        # `state_shardings` predicts (XLA would otherwise pick their shardings).
+        inputs = [
+            x.value for x in jtu.tree_leaves(inputs, is_leaf=_is_input) if x is not None
+        ]
+        nu = replicate(nu, mesh_of(inputs))
+        new_state = self._make_state(
+            increment(state.count), mu, nu, state.ns_coeffs, fb_state
+        )
+        return updates, new_state
 
-        def _momentum(g, m, view):
+    # -- the steps of `update` -------------------------------------------------------
+
+    def _momentum(self, grads, state: _State, views):
+        """The new momentum buffers, and per Muon leaf the input of Newton-Schulz
+        (`None` at the fallback's leaves): `m = momentum * m + (1 - momentum) * g`,
+        and with Nesterov `(1 - momentum) * g + momentum * m`."""
+        name = type(self).__name__
+
+        def leaf(g, m, view):
             if (view is None) != (m is None):
                 raise ValueError(
                     f"eqxopt: `{name}(matrix_mask=...)` selects different leaves than "
@@ -547,30 +572,37 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
             v = (1 - mom) * g32 + mom * m32 if self.nesterov else m32
             return pack(m32.astype(m.dtype), _Input(v, view))
 
-        mu, ns_in = tree_map_unzip(
-            _momentum, 2, grads, state.mu, view_tree, names=names
-        )
+        names = ("grads", "state.mu", "matrix_mask")
+        return tree_map_unzip(leaf, 2, grads, state.mu, views, names=names)
 
-        # Newton-Schulz on every Muon leaf at once (same shapes share one batch).
-        is_input = lambda x: x is None or isinstance(x, _Input)
-        inputs = [x for x in jtu.tree_leaves(ns_in, is_leaf=is_input) if x is not None]
+    def _orthogonalize_all(self, inputs, ns_coeffs):
+        """Newton-Schulz on every Muon leaf at once (same shapes share one batch,
+        spread over the params' mesh); `None` at the fallback's leaves."""
+        leaves = [
+            x for x in jtu.tree_leaves(inputs, is_leaf=_is_input) if x is not None
+        ]
+        values = [x.value for x in leaves]
+        spread = find_spread(self.spread, values, type(self).__name__)
         ortho = iter(
             _orthogonalize(
-                [x.value for x in inputs],
-                [x.matrix for x in inputs],
-                state.ns_coeffs,
+                values,
+                [x.matrix for x in leaves],
+                ns_coeffs,
                 self.eps,
                 self.ns_dtype,
-                find_spread(
-                    self.spread, [x.value for x in inputs], type(self).__name__
-                ),
+                spread,
             )
         )
-        ortho_tree = jtu.tree_map(
-            lambda x: None if x is None else next(ortho), ns_in, is_leaf=is_input
+        return jtu.tree_map(
+            lambda x: None if x is None else next(ortho), inputs, is_leaf=_is_input
         )
 
-        def _finish(g, o, p, nu, view):
+    def _finish(self, grads, ortho, params, state: _State, views, lr, wd):
+        """Per Muon leaf: NorMuon's row normalisation, the shape factor of
+        `scale_rule`, decoupled weight decay and `-lr`; with the new row moments."""
+        decays = not (isinstance(wd, (int, float)) and wd == 0)
+
+        def leaf(g, o, p, nu, view):
             if view is None:
                 return pack(None, None)
             _, n_out, n_in = view.view_shape
@@ -581,52 +613,36 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
             dtype = o.dtype
             o, nu = self._normalize(o, nu, view, dtype)
             direction = scalar(s, dtype) * o
-            if needs_params:
+            if decays:
                 direction = direction + scalar(wd, dtype) * p.astype(dtype)
             update = (-scalar(lr, dtype) * direction).astype(out_dtype(g, p))
             return pack(update, nu)
 
-        nu_in = self._nu(state)
-        muon_updates, nu = tree_map_unzip(
-            _finish,
-            2,
-            grads,
-            ortho_tree,
-            params,
-            nu_in,
-            view_tree,
-            names=("grads", "ortho", "params", "row moments (state.nu)", "matrix_mask"),
-        )
+        names = ("grads", "ortho", "params", "row moments (state.nu)", "matrix_mask")
+        trees = (grads, ortho, params, self._nu(state), views)
+        return tree_map_unzip(leaf, 2, *trees, names=names)
 
-        # Everything else goes to the fallback, which sees `None` at Muon leaves. With
-        # no fallback leaf at all (e.g. params that are one matrix), it is not called.
-        fb_state = state.fallback_state
-        fb_updates = None
-        if any(m is True for m in jtu.tree_leaves(fb_mask)):
-            fb_updates, fb_state = child_update(
-                self._fallback(),
-                ".fallback_state",
-                select(grads, fb_mask),
-                state.fallback_state,
-                None if params is None else select(params, fb_mask),
-                **extra,
-            )
-        if fb_updates is None:
-            updates = muon_updates
-        else:
-            updates = jtu.tree_map(
-                lambda a, b: b if a is None else a,
-                muon_updates,
-                fb_updates,
-                is_leaf=is_none,
-            )
-        # The row moments (NorMuon) are replicated over the params' mesh, as
-        # `state_shardings` predicts (XLA would otherwise pick their shardings).
-        nu = replicate(nu, mesh_of([x.value for x in inputs]))
-        new_state = self._make_state(
-            increment(state.count), mu, nu, state.ns_coeffs, fb_state
+    def _merge_fallback(self, muon_updates, grads, params, state: _State, mask, extra):
+        """The fallback's updates (it sees `None` at Muon leaves) merged with Muon's,
+        and its new state. With no fallback leaf at all (e.g. params that are one
+        matrix), it is not called."""
+        if not any(m is True for m in jtu.tree_leaves(mask)):
+            return muon_updates, state.fallback_state
+        fb_updates, fb_state = child_update(
+            self._fallback(),
+            ".fallback_state",
+            select(grads, mask),
+            state.fallback_state,
+            None if params is None else select(params, mask),
+            **extra,
         )
-        return updates, new_state
+        updates = jtu.tree_map(
+            lambda a, b: b if a is None else a,
+            muon_updates,
+            fb_updates,
+            is_leaf=is_none,
+        )
+        return updates, fb_state
 
     def hyperparams(self, state: _State) -> dict[str, Any]:
         out = scalar_hyperparams(self, state.count)
