@@ -82,11 +82,11 @@ def _concrete(x) -> float | None:
     return None
 
 
-def _static_int(x: ArrayLike) -> int:
+def _static_int(x: Any) -> Any:
     """Converter for static step counts: integral numbers become Python ints.
 
     Anything else is kept as it is, for `__check_init__` to reject with the field name
-    (so the `int` return type holds for every schedule that gets constructed).
+    (so the field is an `int` in every schedule that gets constructed).
     """
     if isinstance(x, jax.core.Tracer):
         raise TypeError(
@@ -103,7 +103,7 @@ def _static_int(x: ArrayLike) -> int:
         pass
     if isinstance(x, float) and x.is_integer():
         return int(x)
-    return x  # pyright: ignore[reportReturnType]  # rejected by `__check_init__`
+    return x  # rejected by `__check_init__`
 
 
 @overload
@@ -120,16 +120,16 @@ def _static_float(x: ArrayLike | None) -> float | None:
         )
     if _is_array(x) and np.ndim(x) == 0:
         return np.asarray(x).item()
-    return x  # pyright: ignore[reportReturnType]  # rejected by `__check_init__`
+    return x  # rejected by `__check_init__`
 
 
-def _static_ints(xs: Iterable[ArrayLike]) -> tuple[int, ...]:
+def _static_ints(xs: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(_static_int(x) for x in xs)
 
 
 def _scales(
     boundaries_and_scales: Mapping[Any, ArrayLike] | None,
-) -> dict[int, ArrayLike] | None:
+) -> dict[Any, ArrayLike] | None:
     """Converter for `boundaries_and_scales`: a new dict, sorted by step, int keys."""
     if boundaries_and_scales is None:
         return None
