@@ -2,8 +2,9 @@
 `psgd-jax` package."""
 
 import dataclasses
+import functools as ft
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import equinox as eqx
 import jax
@@ -605,14 +606,43 @@ class Kron(AbstractOptimizer[KronState]):
         decay = not (isinstance(wd, (int, float)) and wd == 0)
         if decay:
             need_params(self, params, "for the weight decay")
+        # Route: the preconditioned leaves, with their grads, buffers and factors.
+        work = self._gather(grads, state, params)
+        mu, mom, raw = self._momentum(work, count)
+        # Update the factors, every leaf at once, when the schedule says so.
+        counter = increment(state.update_counter)
+        do_update = counter.astype(jnp.float32) >= 1 / jnp.asarray(prob, jnp.float32)
+        counter = jnp.where(do_update, jnp.zeros_like(counter), counter)
+        _, subkey = jr.split(jr.fold_in(state.key, state.count))
+        precond_in = mom if self.momentum_into_precond_update else raw
+        qs = lax.cond(
+            do_update,
+            ft.partial(self._refresh_factors, work, precond_in),
+            lambda key, qs: qs,
+            subkey,
+            work.qs,
+        )
+        updates = self._finish(work, qs, mom, lr, wd, decay, params)
+        new_state = KronState(
+            count=count,
+            mu=work.tree(mu),
+            # Replicated over the params' mesh, as `state_shardings` predicts (XLA
+            # would otherwise pick their shardings).
+            Qs=replicate(work.tree(qs), mesh_of(work.grads)),
+            update_counter=counter,
+            key_data=state.key_data,
+            impl=state.impl,
+        )
+        return work.tree(updates), new_state
 
+    # -- the steps of `update` -------------------------------------------------------
+
+    def _gather(self, grads, state: KronState, params) -> "_Work":
+        """The preconditioned leaves of one update, each with its grad, momentum,
+        factors, param and compute dtype; checks that grads, params and state agree."""
         leaves, treedef, facts = self._leaves(grads if params is None else params)
         g_leaves = treedef.flatten_up_to(grads)
-        if len(g_leaves) != len(leaves):  # pragma: no cover - flatten_up_to raises
-            raise ValueError("`Kron.update`: grads and params differ in structure.")
-        mu_leaves = treedef.flatten_up_to(state.mu)
         q_leaves = treedef.flatten_up_to(state.Qs)
-        p_leaves = [None] * len(leaves) if params is None else leaves
         for g, f, q in zip(g_leaves, facts, q_leaves):
             if (f is None) != (not is_param(g)) or (f is None) != (q is None):
                 raise ValueError(
@@ -621,7 +651,6 @@ class Kron(AbstractOptimizer[KronState]):
                     "params the state was initialised with."
                 )
         idx = [i for i, f in enumerate(facts) if f is not None]
-        spread = find_spread(self.spread, [g_leaves[i] for i in idx], "Kron")
         for i in idx:
             qs = q_leaves[i]
             if facts[i].scanned:
@@ -636,98 +665,90 @@ class Kron(AbstractOptimizer[KronState]):
                         f"eqxopt: `Kron.update` got a {what} of shape {x.shape} "
                         f"where the state was initialised for shape {state_shape}."
                     )
+        mu_leaves = treedef.flatten_up_to(state.mu)
+        grads_ = [g_leaves[i] for i in idx]
+        mus = [mu_leaves[i] for i in idx]
+        qs_ = [list(q_leaves[i]) for i in idx]
+        dtypes = [
+            compute_dtype(g.dtype, q[0].dtype, *([] if m is None else [m.dtype]))
+            for g, m, q in zip(grads_, mus, qs_)
+        ]
+        return _Work(
+            treedef=treedef,
+            size=len(leaves),
+            index=idx,
+            facts=[facts[i] for i in idx],
+            grads=grads_,
+            mu=mus,
+            qs=qs_,
+            params=[None if params is None else leaves[i] for i in idx],
+            dtypes=dtypes,
+            spread=find_spread(self.spread, grads_, "Kron"),
+        )
 
-        # Momentum (bias-corrected), in the compute dtype.
-        dtypes = {}
-        new_mu: list = [None] * len(leaves)
-        mom: dict[int, Array] = {}
-        raw: dict[int, Array] = {}
-        for i in idx:
-            g, m, q = g_leaves[i], mu_leaves[i], q_leaves[i]
-            dt = compute_dtype(g.dtype, q[0].dtype, *([] if m is None else [m.dtype]))
-            dtypes[i] = dt
+    def _momentum(self, work: "_Work", count):
+        """`(new mu, bias-corrected momentum, raw grads)` per preconditioned leaf, in
+        the compute dtype (the momentum is the grad itself without a buffer)."""
+        new_mu, mom, raw = [], [], []
+        for g, m, dt in zip(work.grads, work.mu, work.dtypes):
             g32 = g.astype(dt)
-            raw[i] = g32
+            raw.append(g32)
             if m is None:
-                mom[i] = g32
+                new_mu.append(None)
+                mom.append(g32)
                 continue
             b1 = scalar(self.b1, dt)
             m32 = b1 * m.astype(dt) + (1 - b1) * g32
-            new_mu[i] = m32.astype(m.dtype)
-            mom[i] = m32 / (1 - b1 ** count.astype(dt))
+            new_mu.append(m32.astype(m.dtype))
+            mom.append(m32 / (1 - b1 ** count.astype(dt)))
+        return new_mu, mom, raw
 
-        # The preconditioner update, on every leaf at once, when the counter says so.
-        key = jr.fold_in(state.key, state.count)
-        counter = increment(state.update_counter)
-        prob32 = jnp.asarray(prob, jnp.float32)
-        do_update = counter.astype(jnp.float32) >= 1 / prob32
-        counter = jnp.where(do_update, jnp.zeros_like(counter), counter)
-        _, subkey = jr.split(key)
-        precond_in = mom if self.momentum_into_precond_update else raw
-        qs_in = [[x for x in q_leaves[i]] for i in idx]
-
-        def refresh(key, qs):
-            with jax.default_matmul_precision(self.precond_update_precision):
-                key, sub = jr.split(key)
-                balance = jr.uniform(sub, dtype=jnp.float32) < 0.01
-                qs = lax.cond(
-                    balance,
-                    lambda qs: [
-                        self._map(facts[i].scanned, _balance, q) if len(q) > 1 else q
-                        for i, q in zip(idx, qs)
-                    ],
-                    lambda qs: qs,
-                    qs,
-                )
-                _, sub = jr.split(key)
-                keys = jr.split(sub, len(idx))
-                damp = jnp.sqrt(jnp.finfo(jnp.float32).eps)
-                tasks = []
-                noise = draws_per_leaf(
-                    jr.normal, keys, [(precond_in[i].shape, dtypes[i]) for i in idx]
-                )
-                for v, i, q in zip(noise, idx, qs):
-                    h = precond_in[i]
-                    h = h + damp.astype(h.dtype) * jnp.mean(jnp.abs(h)) * v
-                    tasks.append(((dtypes[i], facts[i].scanned), (*q, h, v)))
-
-                def fn(static, lr_p, *operands):
-                    dt, scanned = static
-                    *q, h, v = operands
-                    out = self._map(
-                        scanned,
-                        lambda q, h, v: _update_factors(
-                            [x.astype(dt) for x in q], h, v, lr_p
-                        ),
-                        q,
-                        h,
-                        v,
-                    )
-                    return [x.astype(y.dtype) for x, y in zip(out, q)]
-
-                # Every leaf's factor update at once, spread over the mesh (see
-                # `spread`).
-                return spread_map(fn, tasks, spread, shared=self.preconditioner_lr)
-
-        qs_new = lax.cond(do_update, refresh, lambda key, qs: qs, subkey, qs_in)
-
-        # Precondition the momentum, clip its RMS, add weight decay, scale by -lr.
-        mask = None
-        if decay:
-            assert params is not None
-            mask = (
-                None
-                if self.weight_decay_mask is None
-                else treedef.flatten_up_to(
-                    resolve_mask(
-                        self.weight_decay_mask,
-                        params,
-                        what="`Kron(weight_decay_mask=...)`",
-                    )
-                )
+    def _refresh_factors(self, work: "_Work", precond_in, key, qs):
+        """psgd-jax's factor update of every leaf at once (spread over the mesh),
+        balancing the factors' norms with probability 0.01."""
+        scanned = [f.scanned for f in work.facts]
+        with jax.default_matmul_precision(self.precond_update_precision):
+            key, sub = jr.split(key)
+            balance = jr.uniform(sub, dtype=jnp.float32) < 0.01
+            qs = lax.cond(
+                balance,
+                lambda qs: [
+                    self._map(s, _balance, q) if len(q) > 1 else q
+                    for s, q in zip(scanned, qs)
+                ],
+                lambda qs: qs,
+                qs,
             )
-        updates: list = [None] * len(leaves)
-        new_qs: list = [None] * len(leaves)
+            _, sub = jr.split(key)
+            keys = jr.split(sub, len(work.index))
+            damp = jnp.sqrt(jnp.finfo(jnp.float32).eps)
+            specs = [(h.shape, dt) for h, dt in zip(precond_in, work.dtypes)]
+            noise = draws_per_leaf(jr.normal, keys, specs)
+            tasks = []
+            for v, h, q, dt, s in zip(noise, precond_in, qs, work.dtypes, scanned):
+                h = h + damp.astype(h.dtype) * jnp.mean(jnp.abs(h)) * v
+                tasks.append(((dt, s), (*q, h, v)))
+
+            def fn(static, lr_p, *operands):
+                dt, scanned = static
+                *q, h, v = operands
+                update = lambda q, h, v: _update_factors(
+                    [x.astype(dt) for x in q], h, v, lr_p
+                )
+                out = self._map(scanned, update, q, h, v)
+                return [x.astype(y.dtype) for x, y in zip(out, q)]
+
+            return spread_map(fn, tasks, work.spread, shared=self.preconditioner_lr)
+
+    def _finish(self, work: "_Work", qs, mom, lr, wd, decay: bool, params):
+        """Precondition the momentum (every leaf at once, spread over the mesh), clip
+        its RMS, add weight decay on the leaves `weight_decay_mask` selects, scale by
+        `-lr`; in the params' dtype."""
+        mask = None
+        if decay and self.weight_decay_mask is not None:
+            what = "`Kron(weight_decay_mask=...)`"
+            resolved = resolve_mask(self.weight_decay_mask, params, what=what)
+            mask = work.treedef.flatten_up_to(resolved)
 
         def precondition(static, _, *operands):
             dt, scanned = static
@@ -735,38 +756,46 @@ class Kron(AbstractOptimizer[KronState]):
             fn = lambda q, g: _precondition([x.astype(dt) for x in q], g)
             return self._map(scanned, fn, q, g)
 
-        # Every leaf's preconditioning at once, spread over the mesh (see `spread`).
+        tasks = [
+            ((dt, f.scanned), (*q, m))
+            for dt, f, q, m in zip(work.dtypes, work.facts, qs, mom)
+        ]
         with jax.default_matmul_precision(self.precond_grads_precision):
-            preconditioned = spread_map(
-                precondition,
-                [
-                    ((dtypes[i], facts[i].scanned), (*q, mom[i]))
-                    for i, q in zip(idx, qs_new)
-                ],
-                spread,
-            )
-        for i, q, u in zip(idx, qs_new, preconditioned):
-            new_qs[i] = q
-            dt = dtypes[i]
+            preconditioned = spread_map(precondition, tasks, work.spread)
+        updates = []
+        for i, u, g, p, dt in zip(
+            work.index, preconditioned, work.grads, work.params, work.dtypes
+        ):
             u = _clip_rms(u)
             if decay and (mask is None or mask[i] is True):
-                u = u + scalar(wd, dt) * leaves[i].astype(dt)
-            g = g_leaves[i]
-            updates[i] = (-scalar(lr, dt) * u).astype(out_dtype(g, p_leaves[i]))
-        new_state = KronState(
-            count=count,
-            mu=jtu.tree_unflatten(treedef, new_mu),
-            # Replicated over the params' mesh, as `state_shardings` predicts (XLA
-            # would otherwise pick their shardings).
-            Qs=replicate(
-                jtu.tree_unflatten(treedef, new_qs),
-                mesh_of([g_leaves[i] for i in idx]),
-            ),
-            update_counter=counter,
-            key_data=state.key_data,
-            impl=state.impl,
-        )
-        return jtu.tree_unflatten(treedef, updates), new_state
+                assert p is not None
+                u = u + scalar(wd, dt) * p.astype(dt)
+            updates.append((-scalar(lr, dt) * u).astype(out_dtype(g, p)))
+        return updates
+
+
+class _Work(NamedTuple):
+    """The preconditioned leaves of one `Kron.update`, in leaf order: `index` are
+    their positions among the flattened params (`size` leaves, `treedef`)."""
+
+    treedef: Any
+    size: int
+    index: list
+    facts: list
+    grads: list
+    mu: list
+    qs: list
+    params: list
+    dtypes: list
+    spread: Any
+
+    def tree(self, values: list):
+        """A tree of the params' structure: `values` at the preconditioned leaves,
+        `None` elsewhere."""
+        out: list = [None] * self.size
+        for i, v in zip(self.index, values):
+            out[i] = v
+        return jtu.tree_unflatten(self.treedef, out)
 
 
 Kron.__init__.__doc__ = r"""**Arguments:**
