@@ -54,7 +54,9 @@ def _summary(obj) -> str:
     """The first sentence of the docstring, on one line (a table cell)."""
     paragraph = " ".join((inspect.getdoc(obj) or "").strip().split("\n\n")[0].split())
     match = _SENTENCE_END.search(paragraph)
-    return (paragraph[: match.end()] if match else paragraph).replace("|", "\\|")
+    sentence = paragraph[: match.end()] if match else paragraph
+    # In a table cell a bar ends the cell, LaTeX's norm `\|` too: it becomes `\Vert`.
+    return sentence.replace("\\|", "\\Vert ").replace("|", "\\|")
 
 
 def _public_optimizers() -> list[str]:

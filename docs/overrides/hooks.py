@@ -96,7 +96,8 @@ def summary(obj, name: str = "") -> str:
         return ""
     match = _SENTENCE_END.search(paragraph)
     sentence = paragraph[: match.end()] if match else paragraph
-    return sentence.replace("|", "\\|")
+    # In a table cell a bar ends the cell, LaTeX's norm `\|` too: it becomes `\Vert`.
+    return sentence.replace("\\|", "\\Vert ").replace("|", "\\|")
 
 
 def _kind(name: str, obj) -> str:
