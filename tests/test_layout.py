@@ -245,7 +245,7 @@ def test_only_public_apis_of_other_libraries():
                 names = [a.name for a in node.names]
             for name in names:
                 if name.startswith(_PRIVATE_MODULES):
-                    offences.append(f"{path.name}:{node.lineno} imports {name}")
+                    offences.append(f"{path.name}: imports {name}")
             if isinstance(node, (ast.Assign, ast.AugAssign)):
                 targets = (
                     node.targets if isinstance(node, ast.Assign) else [node.target]

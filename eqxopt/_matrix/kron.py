@@ -676,7 +676,7 @@ class Kron(AbstractOptimizer[KronState]):
         return _Work(
             treedef=treedef,
             size=len(leaves),
-            index=idx,
+            positions=idx,
             facts=[facts[i] for i in idx],
             grads=grads_,
             mu=mus,
@@ -720,7 +720,7 @@ class Kron(AbstractOptimizer[KronState]):
                 qs,
             )
             _, sub = jr.split(key)
-            keys = jr.split(sub, len(work.index))
+            keys = jr.split(sub, len(work.positions))
             damp = jnp.sqrt(jnp.finfo(jnp.float32).eps)
             specs = [(h.shape, dt) for h, dt in zip(precond_in, work.dtypes)]
             noise = draws_per_leaf(jr.normal, keys, specs)
@@ -764,7 +764,7 @@ class Kron(AbstractOptimizer[KronState]):
             preconditioned = spread_map(precondition, tasks, work.spread)
         updates = []
         for i, u, g, p, dt in zip(
-            work.index, preconditioned, work.grads, work.params, work.dtypes
+            work.positions, preconditioned, work.grads, work.params, work.dtypes
         ):
             u = _clip_rms(u)
             if decay and (mask is None or mask[i] is True):
@@ -775,12 +775,12 @@ class Kron(AbstractOptimizer[KronState]):
 
 
 class _Work(NamedTuple):
-    """The preconditioned leaves of one `Kron.update`, in leaf order: `index` are
-    their positions among the flattened params (`size` leaves, `treedef`)."""
+    """The preconditioned leaves of one `Kron.update`, in leaf order: `positions` are
+    their places among the flattened params (`size` leaves, `treedef`)."""
 
     treedef: Any
     size: int
-    index: list
+    positions: list
     facts: list
     grads: list
     mu: list
@@ -793,7 +793,7 @@ class _Work(NamedTuple):
         """A tree of the params' structure: `values` at the preconditioned leaves,
         `None` elsewhere."""
         out: list = [None] * self.size
-        for i, v in zip(self.index, values):
+        for i, v in zip(self.positions, values):
             out[i] = v
         return jtu.tree_unflatten(self.treedef, out)
 

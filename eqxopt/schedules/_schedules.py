@@ -120,7 +120,7 @@ def _static_float(x: ArrayLike | None) -> float | None:
         )
     if _is_array(x) and np.ndim(x) == 0:
         return np.asarray(x).item()
-    return x  # rejected by `__check_init__`
+    return x  # pyright: ignore[reportReturnType]  # rejected by `__check_init__`
 
 
 def _static_ints(xs: Iterable[Any]) -> tuple[Any, ...]:
