@@ -65,6 +65,16 @@ class Case(NamedTuple):
     optax_fn: str | None = None
 
 
+def is_matrix(p) -> bool:
+    """A per-leaf mask for the registry's cases: the leaves with two or more axes."""
+    return p.ndim > 1
+
+
+def ndim2_mask(params):
+    """The same mask as a tree of bools, for cases that take a mask tree."""
+    return jax.tree.map(is_matrix, params)
+
+
 def _collect() -> tuple[Case, ...]:
     from . import registry
 

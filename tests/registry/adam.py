@@ -7,16 +7,12 @@ import optax
 
 import eqxopt
 
-from ..helpers import Case
+from ..helpers import Case, is_matrix, ndim2_mask
 
 
 # Optax evaluates schedules in float32 even under x64 (an int32 count divided by a
 # Python int), eqxopt in float64: scheduled cases agree to float32 precision only.
 SCHEDULE_RTOL64, SCHEDULE_ATOL64 = 1e-6, 1e-8
-
-
-def _is_matrix(p):
-    return p.ndim > 1
 
 
 # ACProp divides g by the root of the previous prediction-error EMA (eps = 1e-16), so
@@ -31,10 +27,6 @@ ACPROP_RTOL = 5e-5
 # params' precision), so float64 parity of scheduled cases is limited to ~1e-7 in the
 # learning rate, which scale-invariant steps (Fromage, Prodigy) amplify to ~1e-5.
 SCHEDULE_RTOL64_AMPLIFIED = 1e-5
-
-
-def _ndim2(params):
-    return jax.tree.map(lambda p: p.ndim > 1, params)
 
 
 def _adopt_clip(count):
@@ -125,10 +117,10 @@ CASES = [
     Case(
         "adamaxw",
         lambda: eqxopt.AdamaxW(
-            3e-3, b1=0.85, b2=0.99, eps=1e-7, weight_decay=0.1, mask=_is_matrix
+            3e-3, b1=0.85, b2=0.99, eps=1e-7, weight_decay=0.1, mask=is_matrix
         ),
         lambda: optax.adamaxw(
-            3e-3, b1=0.85, b2=0.99, eps=1e-7, weight_decay=0.1, mask=_ndim2
+            3e-3, b1=0.85, b2=0.99, eps=1e-7, weight_decay=0.1, mask=ndim2_mask
         ),
         bad=((lambda: eqxopt.AdamaxW(1e-3, weight_decay=-1.0), "weight_decay"),),
     ),
@@ -168,10 +160,10 @@ CASES = [
     Case(
         "nadamw",
         lambda: eqxopt.NAdamW(
-            3e-3, b1=0.85, b2=0.99, eps=1e-7, weight_decay=0.1, mask=_is_matrix
+            3e-3, b1=0.85, b2=0.99, eps=1e-7, weight_decay=0.1, mask=is_matrix
         ),
         lambda: optax.nadamw(
-            3e-3, b1=0.85, b2=0.99, eps=1e-7, weight_decay=0.1, mask=_ndim2
+            3e-3, b1=0.85, b2=0.99, eps=1e-7, weight_decay=0.1, mask=ndim2_mask
         ),
         bad=((lambda: eqxopt.NAdamW(1e-3, weight_decay=-0.1), "weight_decay"),),
     ),
@@ -241,10 +233,10 @@ CASES = [
     Case(
         "lamb",
         lambda: eqxopt.Lamb(
-            1e-2, b1=0.8, b2=0.95, eps=1e-7, weight_decay=0.1, mask=_is_matrix
+            1e-2, b1=0.8, b2=0.95, eps=1e-7, weight_decay=0.1, mask=is_matrix
         ),
         lambda: optax.lamb(
-            1e-2, b1=0.8, b2=0.95, eps=1e-7, weight_decay=0.1, mask=_ndim2
+            1e-2, b1=0.8, b2=0.95, eps=1e-7, weight_decay=0.1, mask=ndim2_mask
         ),
         bad=(
             (lambda: eqxopt.Lamb(1e-3, b2=1.0), "b2"),
@@ -310,7 +302,7 @@ CASES = [
             eps=1e-8,
             eps_root=1e-10,
             weight_decay=0.1,
-            mask=_ndim2,
+            mask=ndim2_mask,
         ),
         rtol=ACPROP_RTOL,
         rtol64=SCHEDULE_RTOL64_AMPLIFIED,
@@ -356,7 +348,7 @@ CASES = [
             eps=1e-6,
             eps_root=1e-8,
             weight_decay=0.1,
-            mask=_ndim2,
+            mask=ndim2_mask,
         ),
         rtol64=SCHEDULE_RTOL64_AMPLIFIED,
         optax_fn="contrib.simplified_ademamix",
@@ -424,7 +416,7 @@ CASES = [
             eps=1e-6,
             eps_root=1e-8,
             weight_decay=0.05,
-            mask=_ndim2,
+            mask=ndim2_mask,
         ),
         bad=(
             (lambda: eqxopt.AdEMAMix(1e-3, b1=1.0), "b1"),
@@ -468,7 +460,7 @@ CASES = [
             eps=1e-6,
             eps_root=1e-7,
             weight_decay=0.02,
-            mask=_ndim2,
+            mask=ndim2_mask,
         ),
         bad=(
             (lambda: eqxopt.AdaN(1e-3, b1=1.0), "b1"),

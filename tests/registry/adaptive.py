@@ -8,11 +8,7 @@ import optax
 
 import eqxopt
 
-from ..helpers import Case
-
-
-def _is_matrix(p):
-    return p.ndim > 1
+from ..helpers import Case, is_matrix, ndim2_mask
 
 
 # Adafactor with `min_dim_size_to_factor=4`: "w" and "m3" are factored (over their two
@@ -85,10 +81,6 @@ SCHEDULE_RTOL64_AMPLIFIED = 1e-5
 # Shapes without a rank-0 leaf, for Optax transforms that cannot take one (SM3, and
 # AGC with an explicit `axis`).
 NO_SCALAR = {"w": (5, 3), "b": (5,), "k": (2, 3, 4)}
-
-
-def _ndim2(params):
-    return jax.tree.map(lambda p: p.ndim > 1, params)
 
 
 CASES = [
@@ -203,7 +195,7 @@ CASES = [
             momentum=0.8,
             weight_decay_rate=1e-2,
             eps=1e-20,
-            weight_decay_mask=_is_matrix,
+            weight_decay_mask=is_matrix,
         ),
         lambda: optax.adafactor(
             2e-2,
@@ -216,7 +208,7 @@ CASES = [
             dtype_momentum=None,  # pyright: ignore[reportArgumentType]
             weight_decay_rate=1e-2,
             eps=1e-20,
-            weight_decay_mask=_ndim2,
+            weight_decay_mask=ndim2_mask,
         ),
         shapes=FACTOR_SHAPES,
         bad=(
@@ -336,7 +328,7 @@ CASES = [
         lambda: optax.contrib.sophia(
             0.05,
             weight_decay=1e-2,
-            weight_decay_mask=_ndim2,
+            weight_decay_mask=ndim2_mask,
             update_interval=3,
             clip_threshold=0.5,
         ),
@@ -398,7 +390,7 @@ CASES = [
             weight_decay_mask=lambda p: p.ndim > 1,
         ),
         lambda: optax.adadelta(
-            0.5, rho=0.8, eps=1e-5, weight_decay=0.01, weight_decay_mask=_ndim2
+            0.5, rho=0.8, eps=1e-5, weight_decay=0.01, weight_decay_mask=ndim2_mask
         ),
         bad=(
             (lambda: eqxopt.Adadelta(-1.0), "learning_rate"),

@@ -10,16 +10,12 @@ from optax.contrib import MuonDimensionNumbers as OptaxDims
 
 import eqxopt
 
-from ..helpers import Case
+from ..helpers import Case, ndim2_mask
 
 
 # Optax's float32 SVD of float64 gradients gives projections accurate to ~1e-7, which
 # the base optimizer's normalisation carries into the updates.
 _GALORE_RTOL64, _GALORE_ATOL64 = 1e-5, 1e-7
-
-
-def _ndim2(params):
-    return jax.tree.map(lambda p: p.ndim > 1, params)
 
 
 # The (2, 3, 4) tensor as an (8, 3) matrix: axes 0 and 2 reduce, axis 1 is the output.
@@ -114,7 +110,7 @@ CASES = [
             scale=0.5,
             base_optimizer=optax.scale_by_adam(b1=0.8, b2=0.95, eps=1e-6),
             weight_decay=0.1,
-            mask=_ndim2,
+            mask=ndim2_mask,
             weight_dimension_numbers=_OPTAX_DIMS,
         ),
         rtol64=_GALORE_RTOL64,

@@ -8,15 +8,7 @@ import optax
 import eqxopt
 from eqxopt._misc import tree_map
 
-from ..helpers import Case
-
-
-def _ndim2(params):
-    return jax.tree.map(lambda p: p.ndim > 1, params)
-
-
-def _is_matrix(p):
-    return p.ndim > 1
+from ..helpers import Case, is_matrix, ndim2_mask
 
 
 def _examples(g):
@@ -62,8 +54,8 @@ CASES = [
     # --- Lion -------------------------------------------------------------------------
     Case(
         "lion",
-        lambda: eqxopt.Lion(3e-3, b1=0.8, b2=0.95, weight_decay=0.1, mask=_is_matrix),
-        lambda: optax.lion(3e-3, b1=0.8, b2=0.95, weight_decay=0.1, mask=_ndim2),
+        lambda: eqxopt.Lion(3e-3, b1=0.8, b2=0.95, weight_decay=0.1, mask=is_matrix),
+        lambda: optax.lion(3e-3, b1=0.8, b2=0.95, weight_decay=0.1, mask=ndim2_mask),
         bad=(
             (lambda: eqxopt.Lion(-1e-3), "learning_rate"),
             (lambda: eqxopt.Lion(1e-3, b1=1.5), "b1"),
@@ -91,7 +83,7 @@ CASES = [
         lambda: eqxopt.Lars(
             0.5,
             weight_decay=0.01,
-            weight_decay_mask=_is_matrix,
+            weight_decay_mask=is_matrix,
             trust_coefficient=0.01,
             eps=1e-6,
             trust_ratio_mask={
@@ -105,7 +97,7 @@ CASES = [
         lambda: optax.lars(
             0.5,
             weight_decay=0.01,
-            weight_decay_mask=_ndim2,
+            weight_decay_mask=ndim2_mask,
             trust_coefficient=0.01,
             eps=1e-6,
             trust_ratio_mask={
