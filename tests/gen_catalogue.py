@@ -56,7 +56,7 @@ def _summary(obj) -> str:
     match = _SENTENCE_END.search(paragraph)
     sentence = paragraph[: match.end()] if match else paragraph
     # In a table cell a bar ends the cell, LaTeX's norm `\|` too: it becomes `\Vert`.
-    return sentence.replace("\\|", "\\Vert ").replace("|", "\\|")
+    return sentence.replace("\\|", "\\Vert{}").replace("|", "\\|")
 
 
 def _public_optimizers() -> list[str]:

@@ -58,7 +58,7 @@ def fields_table(cls: type) -> str | None:
         rows = ["| value | meaning |", "| --- | --- |"]
         for name, item in names.items():
             message = cls[item] or "success"
-            message = " ".join(message.split()).replace("\\|", "\\Vert ")
+            message = " ".join(message.split()).replace("\\|", "\\Vert{}")
             message = message.replace("|", "\\|")
             rows.append(f"| `{cls.__name__}.{name}` | {message} |")
         return "**Values:**\n\n" + "\n".join(rows)

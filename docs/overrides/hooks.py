@@ -97,7 +97,7 @@ def summary(obj, name: str = "") -> str:
     match = _SENTENCE_END.search(paragraph)
     sentence = paragraph[: match.end()] if match else paragraph
     # In a table cell a bar ends the cell, LaTeX's norm `\|` too: it becomes `\Vert`.
-    return sentence.replace("\\|", "\\Vert ").replace("|", "\\|")
+    return sentence.replace("\\|", "\\Vert{}").replace("|", "\\|")
 
 
 def _kind(name: str, obj) -> str:
