@@ -240,6 +240,28 @@ def full_like_leaf(p: Array, value, dtype=None) -> Array:
     return z
 
 
+def sharded_like(x: Array, ref: Array) -> Array:
+    """`x` resharded to `ref`'s sharding where both are typed with different shardings
+    over `Explicit` mesh axes (sharding in types), as when a gradient (sharded like
+    its param) meets a state buffer split further over a data-parallel axis
+    (`eqxopt.state_shardings(..., shard_over=...)`): selects and `lax.cond` branches
+    need equal types there. Otherwise `x` unchanged (on `Auto` axes XLA places every
+    op itself)."""
+    want = getattr(jax.typeof(ref), "sharding", None)
+    have = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(want, "mesh", None)
+    if (
+        want is None
+        or have is None
+        or mesh is None
+        or mesh.empty
+        or not any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
+        or want == have
+    ):
+        return x
+    return jax.sharding.reshard(x, want)
+
+
 def compute_dtype(*dtypes) -> np.dtype:
     """The dtype per-leaf arithmetic runs in: the promotion of `dtypes` and float32.
 

@@ -1,5 +1,8 @@
 """The shardings of an optimizer's state, from those of its params."""
 
+import math
+from collections.abc import Sequence
+
 import jax
 import jax.tree_util as jtu
 import numpy as np
@@ -29,6 +32,8 @@ def state_shardings(
     opt: AbstractOptimizer,
     params: Params,
     shardings: PyTree[Sharding] | Sharding | None = None,
+    *,
+    shard_over: str | Sequence[str] | None = None,
 ) -> PyTree[Sharding | None]:
     """The shardings of `opt.init(params)`'s leaves, without computing the state.
 
@@ -53,12 +58,27 @@ def state_shardings(
         `jax.eval_shape`); any other leaf is ignored, as by `opt.init`.
     - `shardings`: the params' shardings, as a PyTree with the structure of `params`
         or one `Sharding` for every leaf. Default: each leaf's own `.sharding`.
+    - `shard_over`: a mesh axis name, or a tuple of names, to split the state over
+        (ZeRO stage 1: params and gradients replicated over a data-parallel axis, the
+        optimizer state split over it). Every state leaf that mirrors a param is
+        additionally sharded over these axes, on the first of its dimensions that
+        the param's sharding leaves unsharded and that the axes' total size divides
+        (a tuple splits that one dimension over the product of its axes; axes the
+        param is already sharded over are left out). A leaf none of whose
+        dimensions qualifies (a scalar, a bias of 3 on 8 devices) keeps the param's
+        sharding; leaves that do not mirror a param (counters, factor matrices) are
+        not split. Default: `None`, the state is sharded like the params.
 
     **Returns:**
 
     A PyTree with the structure of the state, holding a `jax.sharding.Sharding` for
     every array leaf (a `NamedSharding` on the params' mesh when the params are
     sharded over a mesh).
+
+    **Raises:**
+
+    `ValueError` if `shard_over` names an axis the params' mesh lacks, or if it is
+    given for params that are not on a mesh.
 
     !!! Example
 
@@ -77,8 +97,28 @@ def state_shardings(
         )
         assert state.mu["w"].sharding == params["w"].sharding
         ```
+
+        ZeRO stage 1: replicated params, and the state split over the devices.
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+        from jax.sharding import NamedSharding, PartitionSpec as P
+
+        import eqxopt
+
+        opt = eqxopt.Adam(1e-3)
+        n = len(jax.devices())
+        mesh = jax.make_mesh((n,), ("data",))
+        params = {"w": jax.device_put(jnp.ones((4, 2 * n)), NamedSharding(mesh, P()))}
+        shardings = eqxopt.state_shardings(opt, params, shard_over="data")
+        state = jax.jit(opt.init, out_shardings=shardings)(params)
+        # Each device holds 8 of the moment's 8n entries (on 8 devices: P(None, "data"),
+        # as 4 rows do not split 8 ways).
+        assert state.mu["w"].addressable_shards[0].data.size == 8
+        ```
     """
-    abstract, found = _shardings(opt, params, shardings)
+    abstract, found = _shardings(opt, params, shardings, shard_over)
     if found is None:
         raise ValueError(
             "`eqxopt.state_shardings`: cannot tell the params' shardings. Pass params "
@@ -92,6 +132,8 @@ def abstract_state(
     opt: AbstractOptimizer,
     params: Params,
     shardings: PyTree[Sharding] | Sharding | None = None,
+    *,
+    shard_over: str | Sequence[str] | None = None,
 ) -> PyTree[jax.ShapeDtypeStruct]:
     """`opt.init(params)` as `jax.ShapeDtypeStruct`s (shape, dtype and the sharding
     [`eqxopt.state_shardings`][] gives), without computing or allocating anything: the
@@ -114,7 +156,7 @@ def abstract_state(
         assert target.mu.weight.shape == (4, 3)
         ```
     """
-    abstract, found = _shardings(opt, params, shardings)
+    abstract, found = _shardings(opt, params, shardings, shard_over)
     if found is None:
         return abstract
     return jtu.tree_map(
@@ -122,8 +164,9 @@ def abstract_state(
     )
 
 
-def _shardings(opt, params, shardings):
+def _shardings(opt, params, shardings, shard_over=None):
     """`(abstract state, its shardings or None when the params carry none)`."""
+    over = _shard_over_axes(shard_over)
     leaves, treedef = jtu.tree_flatten(params, is_leaf=_is_none)
     if shardings is None:
         given = [getattr(x, "sharding", None) for x in leaves]
@@ -147,6 +190,13 @@ def _shardings(opt, params, shardings):
         distinct = {s for _, s in arrays}
         if len(distinct) != 1 or None in distinct:
             return abstract_state, None
+        if over:
+            raise ValueError(
+                f"`eqxopt.state_shardings(..., shard_over={shard_over!r})`: the "
+                "params are not sharded over a mesh, so there is no axis to split the "
+                "state over. Place the params with `NamedSharding`s on a mesh that "
+                f"has the axis {over[0]!r} (or pass such `shardings=`)."
+            )
         (only,) = distinct
         return abstract_state, jtu.tree_map(lambda _: only, abstract_state)
 
@@ -156,6 +206,13 @@ def _shardings(opt, params, shardings):
             raise ValueError(
                 "`eqxopt.state_shardings`: the params are sharded over different "
                 f"meshes ({mesh} and {s.mesh}); shard them over one mesh."
+            )
+    for name in over:
+        if name not in mesh.axis_names:
+            raise ValueError(
+                f"`eqxopt.state_shardings(..., shard_over={shard_over!r})`: the "
+                f"params' mesh has no axis {name!r} (its axes: "
+                f"{', '.join(map(repr, mesh.axis_names))}). Name one of those axes."
             )
 
     def spec_of(s) -> PartitionSpec:
@@ -180,9 +237,11 @@ def _shardings(opt, params, shardings):
         else state_treedef.flatten_up_to(traced)
     )
     chosen = []
-    for spec, param_sharding in zip(traced_specs, mirrored):
+    for spec, param_sharding, leaf in zip(
+        traced_specs, mirrored, jtu.tree_leaves(abstract_state)
+    ):
         if param_sharding is not None:
-            chosen.append(param_sharding)
+            chosen.append(_split(param_sharding, leaf.shape, over))
         else:
             spec = PartitionSpec() if spec is None else spec
             chosen.append(NamedSharding(mesh, spec))
@@ -276,3 +335,49 @@ def _mirrored(params, leaves, given, abstract_state) -> list:
                     best = (p_path, s)
         out.append(None if best is None else best[1])
     return out
+
+
+def _shard_over_axes(shard_over) -> tuple[str, ...]:
+    """`shard_over` as a tuple of axis names (empty for `None`)."""
+    if shard_over is None:
+        return ()
+    if isinstance(shard_over, str):
+        names = (shard_over,)
+    elif isinstance(shard_over, Sequence):
+        names = tuple(shard_over)
+    else:
+        names = ()
+    if (
+        not names
+        or not all(isinstance(n, str) for n in names)
+        or len(set(names)) != len(names)
+    ):
+        raise ValueError(
+            "`eqxopt.state_shardings(..., shard_over=...)` must be a mesh axis name "
+            'or a tuple of distinct names (e.g. `shard_over="data"`), or `None`; '
+            f"got {shard_over!r}."
+        )
+    return names
+
+
+def _split(sharding: NamedSharding, shape, over: tuple[str, ...]) -> NamedSharding:
+    """`sharding`, additionally split over the axes `over` (those it does not use
+    already) along the first dimension of `shape` that it leaves unsharded and that
+    their product divides; `sharding` itself when no dimension qualifies."""
+    spec = list(sharding.spec) + [None] * (len(shape) - len(sharding.spec))
+    used = set()
+    for entry in spec:
+        used.update((entry,) if isinstance(entry, str) else entry or ())
+    axes = tuple(a for a in over if a not in used)
+    if not axes:
+        return sharding
+    size = math.prod(sharding.mesh.shape[a] for a in axes)
+    for i, (n, entry) in enumerate(zip(shape, spec)):
+        if entry in (None, ()) and n % size == 0:
+            spec[i] = axes[0] if len(axes) == 1 else axes
+            return NamedSharding(
+                sharding.mesh,
+                _canonical(PartitionSpec(*spec)),
+                memory_kind=sharding.memory_kind,
+            )
+    return sharding

@@ -7,10 +7,11 @@
 
 `train` (every process of an N-process job, N > 1, 4 CPU devices each): FSDP-style
 training of a small Equinox MLP on one global mesh of all devices, with each
-optimizer of `OPTIMIZERS`. After `STEPS_BEFORE` steps, all processes write one Orbax
-checkpoint of `(model, state)`; then training goes on for `STEPS_AFTER` steps
-("straight"); then the checkpoint is restored by the same processes into fresh arrays
-and trained the same `STEPS_AFTER` steps ("resumed").
+optimizer of `OPTIMIZERS` (ZeRO-style for those of `ZERO`: the model replicated,
+the optimizer state split over the mesh). After `STEPS_BEFORE` steps, all processes
+write one Orbax checkpoint of `(model, state)`; then training goes on for
+`STEPS_AFTER` steps ("straight"); then the checkpoint is restored by the same
+processes into fresh arrays and trained the same `STEPS_AFTER` steps ("resumed").
 
 `reference` (one process, 8 CPU devices): the same training on an 8-device mesh in one
 process ("straight"); then the checkpoint written by the N processes is restored onto
@@ -30,6 +31,9 @@ STEPS_BEFORE = 3
 STEPS_AFTER = 3
 GLOBAL_BATCH = 32
 AXIS = "fsdp"
+# Trained data-parallel, ZeRO stage 1: the model replicated over the mesh, the state
+# split over it by `eqxopt.state_shardings(..., shard_over=AXIS)`.
+ZERO = ("ZeRO",)
 
 
 def _optimizers():
@@ -37,6 +41,7 @@ def _optimizers():
 
     return {
         "AdamW": eqxopt.AdamW(learning_rate=1e-2, weight_decay=0.1),
+        "ZeRO": eqxopt.AdamW(learning_rate=1e-2, weight_decay=0.1),
         "Muon": eqxopt.Muon(1e-2, weight_decay=0.01),
         "MultiSteps": eqxopt.MultiSteps(
             eqxopt.Chain(eqxopt.ZeroNans(), eqxopt.AdamW(learning_rate=1e-2)), every_k=2
@@ -125,13 +130,15 @@ def _run(args):
     assert jax.local_device_count() == 8 // args.num_processes
     mesh = jax.make_mesh((n_devices,), (AXIS,), axis_types=(AxisType.Auto,))
 
-    def shardings(model, mesh):
-        """FSDP: every array's first axis split over the mesh when it divides."""
+    def shardings(model, mesh, shard_over=None):
+        """FSDP: every array's first axis split over the mesh when it divides. With
+        the state split over the mesh (ZeRO), the model is replicated."""
         size = mesh.shape[AXIS]
 
         def one(x):
             if eqx.is_inexact_array(x):
-                spec = P(AXIS) if x.shape and x.shape[0] % size == 0 else P()
+                split = shard_over is None and x.shape and x.shape[0] % size == 0
+                spec = P(AXIS) if split else P()
                 return NamedSharding(mesh, spec)
             return None
 
@@ -193,32 +200,33 @@ def _run(args):
         for path, leaf in jtu.tree_flatten_with_path(gather(tree))[0]:
             results[f"{name}/{stage}{jtu.keystr(path)}"] = np.asarray(leaf)
 
-    def target(opt, host_model, mesh):
+    def target(opt, host_model, mesh, shard_over):
         """The abstract `(model, state)` on `mesh`: the model's shapes and dtypes with
-        FSDP shardings, and `eqxopt.abstract_state`."""
+        its shardings, and `eqxopt.abstract_state`."""
         abstract_model = jtu.tree_map(
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
             eqx.filter(host_model, eqx.is_array),
-            shardings(host_model, mesh),
+            shardings(host_model, mesh, shard_over),
         )
-        return abstract_model, eqxopt.abstract_state(opt, abstract_model)
+        state = eqxopt.abstract_state(opt, abstract_model, shard_over=shard_over)
+        return abstract_model, state
 
     def with_static(host_model, model, state):
         static = eqx.filter(host_model, eqx.is_array, inverse=True)
         return eqx.combine(model, static), state
 
-    def restore(checkpointer, path, opt, host_model, mesh):
+    def restore(checkpointer, path, opt, host_model, mesh, shard_over):
         """Restore `(model, state)` onto `mesh`, from its abstract target."""
-        abstract = target(opt, host_model, mesh)
+        abstract = target(opt, host_model, mesh, shard_over)
         restored = checkpointer.restore(path, abstract)
         for got, want in zip(jtu.tree_leaves(restored), jtu.tree_leaves(abstract)):
             assert got.sharding.is_equivalent_to(want.sharding, got.ndim), (got, want)
         return with_static(host_model, *restored)
 
-    def from_saved(name, opt, host_model, mesh):
+    def from_saved(name, opt, host_model, mesh, shard_over):
         """`(model, state)` on `mesh` from the arrays the train processes recorded
         at their checkpoint (`"{name}/saved{path}"` in `--saved`)."""
-        abstract = target(opt, host_model, mesh)
+        abstract = target(opt, host_model, mesh, shard_over)
         with np.load(args.saved) as saved:
             leaves = [
                 jax.device_put(saved[f"{name}/saved{jtu.keystr(path)}"], x.sharding)
@@ -237,13 +245,20 @@ def _run(args):
         for name in args.optimizers.split(","):
             opt = optimizers[name]
             print(f"{args.mode}: {name}", file=sys.stderr, flush=True)
+            over = AXIS if name in ZERO else None
             host_model = make_model()
-            model_sh = shardings(host_model, mesh)
+            model_sh = shardings(host_model, mesh, over)
             model = to_global(host_model, model_sh)
-            state_sh = eqxopt.state_shardings(opt, eqx.filter(model, eqx.is_array))
+            state_sh = eqxopt.state_shardings(
+                opt, eqx.filter(model, eqx.is_array), shard_over=over
+            )
             state = jax.jit(opt.init, out_shardings=state_sh)(
                 eqx.filter(model, eqx.is_array)
             )
+            if over is not None:
+                # Every moment is split: each device holds 1/8 of it.
+                for x in jtu.tree_leaves((state.mu, state.nu)):
+                    assert x.addressable_shards[0].data.size * n_devices == x.size
             step = make_step(opt, model_sh, state_sh)
             path = f"{args.checkpoint}/{name}"
             if args.mode == "train":
@@ -255,18 +270,18 @@ def _run(args):
                 model, state = train(step, model, state, mesh, after)
                 record(name, "straight", (model, state))
                 # Restore by these processes, into fresh arrays.
-                model, state = restore(checkpointer, path, opt, host_model, mesh)
+                model, state = restore(checkpointer, path, opt, host_model, mesh, over)
                 record(name, "restored", (model, state))
                 model, state = train(step, model, state, mesh, after)
                 record(name, "resumed", (model, state))
             else:
                 model, state = train(step, model, state, mesh, [*before, *after])
                 record(name, "straight", (model, state))
-                model, state = restore(checkpointer, path, opt, host_model, other)
+                model, state = restore(checkpointer, path, opt, host_model, other, over)
                 record(name, "restored_other_mesh", (model, state))
-                other_model_sh = shardings(host_model, other)
+                other_model_sh = shardings(host_model, other, over)
                 other_state_sh = eqxopt.state_shardings(
-                    opt, eqx.filter(model, eqx.is_array)
+                    opt, eqx.filter(model, eqx.is_array), shard_over=over
                 )
                 step = make_step(opt, other_model_sh, other_state_sh)
                 model, state = train(step, model, state, other, after)
@@ -274,7 +289,7 @@ def _run(args):
                 # The same steps on the same mesh from the values the 2 processes
                 # saved, taken from their `--out` instead of the checkpoint: the
                 # restored run must continue bit-for-bit like this one.
-                model, state = from_saved(name, opt, host_model, other)
+                model, state = from_saved(name, opt, host_model, other, over)
                 model, state = train(step, model, state, other, after)
                 record(name, "continued_other_mesh", (model, state))
     if jax.process_index() == 0:

@@ -31,7 +31,16 @@ WORKER = ROOT / "tests" / "_multiprocess_worker.py"
 # One set of processes, not one per group of optimizers: each process imports JAX,
 # eqxopt and Orbax and traces every `jax.numpy` signature once (in three groups the
 # processes took 84 CPU-s, in one 62).
-OPTIMIZERS = ("AdamW", "Muon", "MultiSteps", "SOAP", "Shampoo", "Kron", "NorMuon")
+OPTIMIZERS = (
+    "AdamW",
+    "ZeRO",  # AdamW with the model replicated and its state split over the mesh
+    "Muon",
+    "MultiSteps",
+    "SOAP",
+    "Shampoo",
+    "Kron",
+    "NorMuon",
+)
 # SOAP's eigenbases turn rounding differences in its statistics into differences in
 # its directions, larger by the inverse gaps between their eigenvalues: measured
 # 2.5e-4 of a leaf's largest entry after 6 steps (the same in two runs), against at

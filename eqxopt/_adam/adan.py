@@ -18,6 +18,7 @@ from .._misc import (
     pack,
     resolve,
     scalar,
+    sharded_like,
     tree_map_unzip,
     typechecked,
     zero_count,
@@ -80,7 +81,7 @@ def _adan(opt, grads, state: AdaNState, params, leaf_update, mask=None):
 
     def _leaf(g, m, v, n, g_prev, p, selected):
         dtype = compute_dtype(g.dtype, m.dtype, v.dtype, n.dtype, g_prev.dtype)
-        g32 = g.astype(dtype)
+        g32 = sharded_like(g.astype(dtype), m)  # split like `m` under `shard_over`
         b1, b2, b3 = (scalar(b, dtype) for b in (opt.b1, opt.b2, opt.b3))
         t = count.astype(dtype)
         diff = jnp.where(first, jnp.zeros_like(g32), g32 - g_prev.astype(dtype))

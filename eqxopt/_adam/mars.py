@@ -15,6 +15,7 @@ from .._misc import (
     pack,
     resolve,
     scalar,
+    sharded_like,
     tree_map_unzip,
     typechecked,
     zero_count,
@@ -173,9 +174,9 @@ class MARS(AbstractOptimizer[MARSState]):
             if p is not None:
                 direction = direction + wd * p.astype(dtype)
             u = (-eta * direction).astype(out_dtype(g, p))
-            return pack(
-                u, m32.astype(m.dtype), v32.astype(v.dtype), g.astype(last.dtype)
-            )
+            # (`last` is split like the moments under `shard_over`; so is its copy.)
+            g_last = sharded_like(g.astype(last.dtype), last)
+            return pack(u, m32.astype(m.dtype), v32.astype(v.dtype), g_last)
 
         updates, exp_avg, exp_avg_sq, last_grad = tree_map_unzip(
             _leaf,

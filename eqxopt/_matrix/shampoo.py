@@ -20,6 +20,7 @@ from .._misc import (
     out_dtype,
     resolve,
     scalar,
+    sharded_like,
     typechecked,
     zero_count,
     zeros_like_leaf,
@@ -539,7 +540,9 @@ class Shampoo(AbstractOptimizer[ShampooState]):
             graft_mom = dmom_l[i].astype(dtype) * b1 + w * graft
             run = step >= jnp.asarray(self.start_preconditioning_step, jnp.int32)
             momentum_update = jnp.where(run, shampoo_mom, graft_mom)
-            wd_update = jnp.where(run, shampoo, graft)
+            # (The graft is split like its buffers under `shard_over`, as the
+            # momenta are: the preconditioned direction is sliced to match.)
+            wd_update = jnp.where(run, sharded_like(shampoo, graft), graft)
             direction = momentum_update
             if self.nesterov:
                 direction = w * wd_update + b1 * momentum_update

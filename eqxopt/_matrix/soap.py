@@ -19,6 +19,7 @@ from .._misc import (
     out_dtype,
     resolve,
     scalar,
+    sharded_like,
     typechecked,
     zero_count,
     zeros_like_leaf,
@@ -354,7 +355,10 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 gv = views[i].to_view(g.astype(compute_dtype(g.dtype)))
                 precs[i] = stats(i, gv)
                 p = p_leaves[i]
-                updates[i] = zeros_like_leaf(g, out_dtype(g, p))
+                # Typed like the momentum, as `regular`'s (the `cond`'s two branches):
+                # the grad's sharding, or the momentum's split of it (`shard_over`).
+                zeros = zeros_like_leaf(g, out_dtype(g, p))
+                updates[i] = sharded_like(zeros, mu_l[i])
             # Every factor's eigh at once, spread over the mesh (see `spread`).
             where = _factors(idx, precs)
             found = spread_map(
@@ -407,7 +411,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
                     u = u - scalar(lr, dtype) * scalar(wd, dtype) * (
                         p.astype(dtype) + u
                     )
-                updates[i] = u.astype(out_dtype(g, p))
+                updates[i] = sharded_like(u.astype(out_dtype(g, p)), mu_l[i])
                 mus[i] = m
                 nus[i] = v
                 precs[i] = stats(i, gv)

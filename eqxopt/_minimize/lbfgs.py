@@ -15,6 +15,7 @@ from .._misc import (
     out_dtype,
     resolve,
     scalar,
+    sharded_like,
     tree_map,
     typechecked,
     zero_count,
@@ -325,10 +326,14 @@ class LBFGS(AbstractLineSearchOptimizer[LBFGSState]):
                 linesearch_state=None,
                 stalled=state.stalled,
                 prev_params=tree_map(
-                    lambda p, q: p.astype(q.dtype), params, state.prev_params
+                    lambda p, q: sharded_like(p.astype(q.dtype), q),
+                    params,
+                    state.prev_params,
                 ),
                 prev_grads=tree_map(
-                    lambda g, q: g.astype(q.dtype), grads, state.prev_grads
+                    lambda g, q: sharded_like(g.astype(q.dtype), q),
+                    grads,
+                    state.prev_grads,
                 ),
                 failed=state.failed,
             )

@@ -27,6 +27,7 @@ from .._misc import (
     is_none,
     is_param,
     real_dtype,
+    sharded_like,
     tree_map,
     zero_count,
     zeros_like,
@@ -226,8 +227,15 @@ def slope(grad, direction, dtype) -> Array:
 
 
 def cast_like(tree, like):
-    """Each inexact leaf of `tree` cast to the dtype of the same leaf of `like`."""
-    return tree_map(lambda x, y: x.astype(y.dtype), tree, like, names=("tree", "like"))
+    """Each inexact leaf of `tree` cast to the dtype of the same leaf of `like` (and,
+    on `Explicit` mesh axes, to its sharding: a state buffer may be split further
+    than the params, by `shard_over`)."""
+    return tree_map(
+        lambda x, y: sharded_like(x.astype(y.dtype), y),
+        tree,
+        like,
+        names=("tree", "like"),
+    )
 
 
 def step_updates(step, direction, params):
@@ -482,7 +490,10 @@ def memory_push(state_s, state_y, rho, head, gamma, s, y, dtype):
     safe_yy = select(valid, yy, 1)
 
     def push(buf, x):  # `head` is in range
-        return put(buf, select(valid, x, index(buf, head)), head)
+        old = index(buf, head)
+        # (`x` may be split further than the memory, from params-like state split by
+        # `shard_over`: it is stored as the memory is sharded.)
+        return put(buf, select(valid, sharded_like(x, old), old), head)
 
     def write(memory, new):
         return tree_map(

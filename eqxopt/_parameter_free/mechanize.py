@@ -27,6 +27,7 @@ from .._misc import (
     real_dtype,
     real_vdot,
     scalar,
+    sharded_like,
     tree_map,
     tree_map_unzip,
     tree_sum_of_squares,
@@ -174,7 +175,7 @@ class Mechanize(AbstractOptimizer[MechanizeState]):
 
         def _h(g, p, x0):
             ldt = compute_dtype(dtype, g.dtype, p.dtype, x0.dtype)
-            p32 = p.astype(ldt)
+            p32 = sharded_like(p.astype(ldt), x0)  # split like `x0`: `shard_over`
             x0_32 = jnp.where(first, p32, x0.astype(ldt))
             g32 = g.astype(ldt) + decay.astype(ldt) * p32
             delta_prev = (x0_32 - p32) / (s_sum + eps).astype(ldt)

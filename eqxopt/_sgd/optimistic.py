@@ -17,6 +17,7 @@ from .._misc import (
     pack,
     resolve,
     scalar,
+    sharded_like,
     tree_map_unzip,
     typechecked,
     zero_count,
@@ -57,7 +58,7 @@ def _optimistic(opt, grads, state, params, lr):
 
     def _leaf(g, prev, p):
         dtype = compute_dtype(g.dtype, prev.dtype)
-        g32 = g.astype(dtype)
+        g32 = sharded_like(g.astype(dtype), prev)  # split like `prev`: `shard_over`
         # The first step has no previous gradient: use the current one (as Optax).
         prev32 = jnp.where(first, g32, prev.astype(dtype))
         a, b = scalar(alpha, dtype), scalar(beta, dtype)

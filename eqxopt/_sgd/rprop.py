@@ -14,6 +14,7 @@ from .._misc import (
     out_dtype,
     pack,
     scalar,
+    sharded_like,
     tree_map,
     tree_map_unzip,
     typechecked,
@@ -116,7 +117,7 @@ class Rprop(AbstractOptimizer[RpropState]):
         def _leaf(g, step, prev, p):
             dtype = compute_dtype(g.dtype, step.dtype, prev.dtype)
             g32, step32, prev32 = (
-                g.astype(dtype),
+                sharded_like(g.astype(dtype), step),  # split like `step`: `shard_over`
                 step.astype(dtype),
                 prev.astype(dtype),
             )

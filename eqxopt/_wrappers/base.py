@@ -8,6 +8,7 @@ import jax.tree_util as jtu
 from .._misc import (
     is_none,
     out_dtype,
+    sharded_like,
     tree_map,
     zeros_like_leaf,
 )
@@ -25,9 +26,10 @@ def zero_updates(grads, params):
 
 
 def like_zero_updates(updates, zeros, wrapper: str):
-    """The wrapped optimizer's `updates`, checked against (and cast to the dtypes of)
-    the zero updates a wrapper returns when it skips, so that both `lax.cond` branches
-    have the same types. Leaves that are not optimised map to `None`."""
+    """The wrapped optimizer's `updates`, checked against (and cast to the dtypes and
+    sharding types of) the zero updates a wrapper returns when it skips, so that both
+    `lax.cond` branches have the same types. Leaves that are not optimised map to
+    `None`."""
     if jtu.tree_structure(updates, is_leaf=is_none) != jtu.tree_structure(
         zeros, is_leaf=is_none
     ):
@@ -47,6 +49,6 @@ def like_zero_updates(updates, zeros, wrapper: str):
                 f"{None if u is None else jnp.shape(u)} for a param leaf of shape "
                 f"{z.shape}."
             )
-        return u.astype(z.dtype)
+        return sharded_like(u.astype(z.dtype), z)
 
     return jtu.tree_map(_leaf, updates, zeros, is_leaf=is_none)

@@ -16,6 +16,7 @@ from .._misc import (
     out_dtype,
     pack,
     scalar,
+    sharded_like,
     tree_map,
     tree_map_unzip,
     typechecked,
@@ -153,7 +154,9 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
         if self.reset_state:
             fresh = self.fast_optimizer.init(params)
             fast_state = jtu.tree_map(
-                lambda new, init: jnp.where(sync, init, new), fast_state, fresh
+                lambda new, init: jnp.where(sync, sharded_like(init, new), new),
+                fast_state,
+                fresh,
             )
         steps = jnp.where(sync, zero_count(), state.steps_since_sync + 1)
         return updates, LookaheadState(fast_state, steps, slow)

@@ -22,6 +22,7 @@ from .._misc import (
     increment,
     pack,
     resolve,
+    sharded_like,
     tree_map,
     tree_map_unzip,
     typechecked,
@@ -179,7 +180,7 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
 
         def _leaf(g, acc):
             dtype = compute_dtype(g.dtype, acc.dtype)
-            g32, acc32 = g.astype(dtype), acc.astype(dtype)
+            g32, acc32 = sharded_like(g.astype(dtype), acc), acc.astype(dtype)
             if self.use_mean:
                 new = acc32 + (g32 - acc32) / (n + 1).astype(dtype)  # Welford
             else:

@@ -13,7 +13,14 @@ from jaxtyping import Array, Inexact, Int32, PyTree
 from .._checks import check_hyperparams, need_extra, need_params
 from .._core.base import AbstractOptimizer, child_update, scalar_hyperparams
 from .._custom_types import Params, State, Updates
-from .._misc import compute_dtype, out_dtype, tree_map, typechecked, zero_count
+from .._misc import (
+    compute_dtype,
+    out_dtype,
+    sharded_like,
+    tree_map,
+    typechecked,
+    zero_count,
+)
 
 
 @typechecked
@@ -156,11 +163,13 @@ class SAM(AbstractOptimizer[SAMState]):
                 **extra,
             )
 
-            # Back to the params of the previous outer step, then its update.
+            # Back to the params of the previous outer step, then its update. (Both
+            # steps' updates are sharded like the params: the cache and the
+            # optimizers' buffers may be split further, by `shard_over`.)
             def _leaf(c, p, u):
                 dtype = compute_dtype(c.dtype, p.dtype, u.dtype)
                 new = c.astype(dtype) - p.astype(dtype) + u.astype(dtype)
-                return new.astype(out_dtype(u, p))
+                return sharded_like(new.astype(out_dtype(u, p)), p)
 
             updates = tree_map(
                 _leaf,
@@ -169,9 +178,11 @@ class SAM(AbstractOptimizer[SAMState]):
                 updates,
                 names=("state.cache", "params", "updates"),
             )
-            adv_state = (
-                self.adv_optimizer.init(params) if self.reset_state else state.adv_state
-            )
+            adv_state = state.adv_state
+            if self.reset_state:
+                adv_state = jtu.tree_map(
+                    sharded_like, self.adv_optimizer.init(params), adv_state
+                )
             return updates, opt_state, adv_state
 
         def _adversarial(_):
@@ -184,7 +195,9 @@ class SAM(AbstractOptimizer[SAMState]):
                 **extra,
             )
             updates = tree_map(
-                lambda u, p: (-u).astype(out_dtype(u, p)), updates, params
+                lambda u, p: sharded_like((-u).astype(out_dtype(u, p)), p),
+                updates,
+                params,
             )
             return updates, state.opt_state, adv_state
 
@@ -211,7 +224,7 @@ class SAM(AbstractOptimizer[SAMState]):
                 lambda a, b: jnp.where(last, a, b), _outer(None), _adversarial(None)
             )
         cache = tree_map(
-            lambda c, p: jnp.where(first, p.astype(c.dtype), c),
+            lambda c, p: jnp.where(first, sharded_like(p.astype(c.dtype), c), c),
             state.cache,
             params,
             names=("state.cache", "params"),
