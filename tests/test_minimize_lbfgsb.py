@@ -72,6 +72,46 @@ def test_quadratic_with_many_active_bounds_matches_scipy(upper, getkey):
     assert int(sol.stats["num_fevals"]) <= 1.2 * ref.nfev + 2
 
 
+_HS25_I = np.arange(1.0, 100.0)
+_HS25_U = 25 + (-50 * np.log(0.01 * _HS25_I)) ** (2 / 3)
+
+
+def hs25(y, args):
+    """Hock & Schittkowski's problem 25: f* = 0 at (50, 25, 1.5)."""
+    e = jnp.exp(-((_HS25_U - y[1]) ** y[2]) / y[0])
+    return jnp.sum((-0.01 * _HS25_I + e) ** 2)
+
+
+def test_first_step_rule_holds_on_the_first_iteration_only():
+    # The first step is capped at unit length (scaled to length 1 / |d|) on the first
+    # iteration only, as SciPy's (`iter == 0`), not whenever the L-BFGS memory is
+    # empty. On HS25 every curvature pair is skipped: with the cap on every step,
+    # LBFGSB stayed at the start (f = 32.8, 6 evaluations). The gradient there is
+    # ~2e-8; SciPy (same tolerances) also stops at f = 32.835, after 2 evaluations.
+    y0 = jnp.array([100.0, 12.5, 3.0])
+    lower, upper = jnp.array([0.1, 0.0, 0.0]), jnp.array([100.0, 25.6, 5.0])
+    sol = eqxopt.minimize(
+        hs25, eqxopt.LBFGSB(), y0, bounds=(lower, upper), rtol=1e-10, atol=1e-10
+    )
+    ref = _scipy(hs25, y0, lower, upper)
+    assert sol.result == eqxopt.RESULTS.successful
+    assert float(sol.loss) < 1e-20 and float(sol.loss) <= ref.fun
+    assert np.allclose(sol.value, [50.0, 25.0, 1.5], rtol=1e-6)
+
+
+def test_hs45_takes_no_more_evaluations_than_scipy():
+    # HS45: f = 2 - x1 x2 x3 x4 x5 / 120 on 0 <= x_i <= i; f* = 1 at the upper
+    # bounds. SciPy: 10 evaluations (4 iterations); eqxopt 10 (23 while the
+    # first-step rule held at every step with an empty memory).
+    fn = lambda y, args: 2 - jnp.prod(y) / 120
+    y0, upper = jnp.full(5, 2.0), jnp.arange(1.0, 6.0)
+    sol = eqxopt.minimize(fn, eqxopt.LBFGSB(), y0, bounds=(0.0, upper), atol=1e-10)
+    ref = _scipy(fn, y0, 0.0, upper)
+    assert sol.result == eqxopt.RESULTS.successful
+    assert np.allclose(sol.value, upper) and np.allclose(ref.x, upper)
+    assert int(sol.stats["num_fevals"]) <= ref.nfev
+
+
 def test_without_bounds_takes_the_same_steps_as_lbfgs():
     y = jnp.array([-1.2, 1.0, -0.5, 0.3])
     fn = lambda y: rosenbrock(y, None)

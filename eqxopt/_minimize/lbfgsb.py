@@ -324,8 +324,13 @@ class LBFGSB(AbstractLineSearchOptimizer[LBFGSBState]):
         lower = _flat(lower_tree, dtype)
         upper = _flat(upper_tree, dtype)
         gamma = state.gamma.astype(dtype)
-        first = gamma <= 0
-        theta = jnp.where(first, 1, 1 / jnp.where(first, 1, gamma))
+        # theta = 1 until a curvature pair has been kept (as SciPy's initial theta).
+        empty = gamma <= 0
+        theta = jnp.where(empty, 1, 1 / jnp.where(empty, 1, gamma))
+        # SciPy's first-step rules (`lnsrlb` in lbfgsb.c) hold on the first iteration
+        # only (`iter == 0`), not whenever the memory is empty: with every curvature
+        # pair skipped, they would cap each step at unit length.
+        first = state.count == 0
         w, mm = _compact(
             _flat_memory(state.s_memory, dtype),
             _flat_memory(state.y_memory, dtype),
