@@ -176,6 +176,38 @@ def test_every_evaluation_and_iterate_stays_in_the_box():
         assert jnp.all((sol.value >= 0) & (sol.value <= 2))
 
 
+@pytest.mark.parametrize("linesearch", [eqxopt.Zoom(), eqxopt.Backtracking()])
+def test_projected_line_search_counts_each_evaluation_once(linesearch):
+    # LBFGS as a projected method: its line search evaluates `fn` at the projection
+    # of each trial point, and the step reuses that evaluation. Before, each
+    # accepted point was evaluated again and `num_fevals` left out the line search's
+    # calls: on HS1, 37 reported, 86 real, 36 of them repeats (Zoom; Backtracking:
+    # 42, 97, 41); now 50 and 56, the same iterates up to rounding.
+    points = []
+
+    def fn(y, args):
+        jax.debug.callback(lambda v: points.append(np.asarray(v)), y)
+        return 100 * (y[1] - y[0] ** 2) ** 2 + (1 - y[0]) ** 2
+
+    y0 = jnp.array([-2.0, 1.0])
+    opt = eqxopt.LBFGS(linesearch=linesearch)
+    hs1 = (jnp.array([-jnp.inf, -1.5]), jnp.inf)
+    sol = eqxopt.minimize(fn, opt, y0, bounds=hs1, rtol=0.0, atol=1e-8)
+    jax.effects_barrier()
+    assert sol.result == eqxopt.RESULTS.successful
+    assert np.allclose(sol.value, 1.0, atol=1e-6)
+    assert int(sol.stats["num_fevals"]) == len(points)
+    assert not any(np.array_equal(a, b) for a, b in zip(points, points[1:]))
+    # A box that clips trial points (the solution is at y[0] = 0.5): the evaluations
+    # there are at the projected points, and the count is still exact.
+    points.clear()
+    sol = eqxopt.minimize(fn, opt, y0, bounds=(-2.0, 0.5), max_steps=30, throw=False)
+    jax.effects_barrier()
+    assert any(p[0] == 0.5 for p in points) and np.all(np.asarray(points) <= 0.5)
+    assert int(sol.stats["num_fevals"]) == len(points)
+    assert not any(np.array_equal(a, b) for a, b in zip(points, points[1:]))
+
+
 def test_bounds_prefixes_and_open_sides():
     y0 = {"a": jnp.zeros(3), "b": jnp.full(2, 4.0)}
     fn = lambda y, args: jnp.sum((y["a"] - 5.0) ** 2) + jnp.sum((y["b"] + 5.0) ** 2)

@@ -30,11 +30,13 @@ from .linesearch import (
     index,
     memory_difference,
     memory_push,
+    ProjectedValueAndGrad,
     scalar_dtype,
     select,
     step_updates,
     store_dtype,
     tree_vdot,
+    value_and_grad_of,
 )
 from .zoom import Zoom
 
@@ -340,7 +342,7 @@ class LBFGS(AbstractLineSearchOptimizer[LBFGSState]):
             return updates, new_state
 
         assert value_fn is not None  # checked above: a line search needs it
-        value_and_grad_fn = eqx.filter_value_and_grad(value_fn)
+        value_and_grad_fn = value_and_grad_of(value_fn)
         if value is None:
             value = value_fn(params)
         step, ls_state = self.linesearch.search(
@@ -353,6 +355,12 @@ class LBFGS(AbstractLineSearchOptimizer[LBFGSState]):
         )
         updates = step_updates(step, direction, params)
         new_params = eqx.apply_updates(params, updates)
+        new_grad = None
+        if isinstance(value_and_grad_fn, ProjectedValueAndGrad):
+            # A projected method: the search keeps the gradient at the projected
+            # point (the caller's next one); the pair takes the derivative of the
+            # loss seen through the projection at `new_params`, as `value_fn`'s.
+            new_grad = value_and_grad_fn.path_grad(ls_state.grad, new_params)
         (s_mem, y_mem, rho, head, gamma), stalled, failed = after_search(
             state,
             (s_mem, y_mem, rho, head, gamma),
@@ -362,6 +370,7 @@ class LBFGS(AbstractLineSearchOptimizer[LBFGSState]):
             direction,
             ls_state,
             dtype,
+            new_grad,
         )
         new_state = LBFGSState(
             count=increment(state.count),

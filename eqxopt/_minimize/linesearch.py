@@ -32,6 +32,7 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
+from .._transform.project import project
 
 
 # Abstract fields: type checkers see a `ClassVar` (as equinox does for its
@@ -248,6 +249,60 @@ def step_updates(step, direction, params):
     )
 
 
+class ProjectedLoss(eqx.Module):
+    """`params -> loss(P(params))`: a loss seen through the projection `P` onto the box
+    `[lower, upper]` (full trees, as `broadcast_bounds` gives them). It is the
+    `value_fn` that [`eqxopt.minimize`][] passes a projected method (an optimizer other
+    than [`eqxopt.LBFGSB`][] with `bounds=`): called, it is that composition, so its
+    derivative is zero in the variables that the projection clips. A line search
+    (`value_and_grad_of`) evaluates it once per trial point: the loss and the gradient
+    of `loss` at `P(point)`, the caller's next params."""
+
+    loss: Callable
+    lower: PyTree[Array]
+    upper: PyTree[Array]
+
+    def __call__(self, params):
+        return self.loss(project(params, self.lower, self.upper))
+
+
+class ProjectedValueAndGrad(eqx.Module):
+    """`params -> (loss, grad)` at `P(params)` for a `ProjectedLoss`: the gradient
+    of the loss at the projected point (what the caller needs there; not the
+    derivative of the composition). `evaluate` takes the slope along the projected
+    path from it (`path_grad`)."""
+
+    value_and_grad_fn: Callable
+    lower: PyTree[Array]
+    upper: PyTree[Array]
+
+    def __call__(self, params):
+        return self.value_and_grad_fn(project(params, self.lower, self.upper))
+
+    def path_grad(self, grad, params):
+        """The derivative of `loss(P(params))` from `grad`, the gradient of `loss` at
+        `P(params)`: zero where the projection clips `params` (outside the closed box;
+        ties inside, as the projection's own derivative)."""
+        return tree_map(
+            lambda g, p, lo, up: jnp.where((p < lo) | (p > up), jnp.zeros_like(g), g),
+            grad,
+            params,
+            self.lower,
+            self.upper,
+            names=("grad", "params", "lower", "upper"),
+        )
+
+
+def value_and_grad_of(value_fn):
+    """The `value_and_grad_fn` a line search searches with: `value_fn`'s value and
+    gradient, or for a `ProjectedLoss` a `ProjectedValueAndGrad`."""
+    if isinstance(value_fn, ProjectedLoss):
+        return ProjectedValueAndGrad(
+            eqx.filter_value_and_grad(value_fn.loss), value_fn.lower, value_fn.upper
+        )
+    return eqx.filter_value_and_grad(value_fn)
+
+
 def evaluate(value_and_grad_fn, params, direction, step, grad_like, dtype):
     """Loss, gradient (cast like `grad_like`) and slope at `params + step * direction`.
     The gradient is returned in the updates' convention (conjugated for complex
@@ -255,13 +310,18 @@ def evaluate(value_and_grad_fn, params, direction, step, grad_like, dtype):
 
     The point is built with `eqx.apply_updates(params, step_updates(...))`, exactly as a
     caller applies the returned updates, so the cached loss and gradient are those of
-    the caller's next params, bit for bit.
+    the caller's next params, bit for bit. With a `ProjectedValueAndGrad` they are
+    those at the projected point, and the slope is the derivative along the projected
+    path.
     """
     point = eqx.apply_updates(params, step_updates(step, direction, params))
     value, grad = value_and_grad_fn(point)
     value = jnp.real(jnp.asarray(value)).astype(dtype)
     grad = cast_like(conj(grad), grad_like)
-    return value, grad, slope(grad, direction, dtype)
+    path = grad
+    if isinstance(value_and_grad_fn, ProjectedValueAndGrad):
+        path = value_and_grad_fn.path_grad(grad, point)
+    return value, grad, slope(path, direction, dtype)
 
 
 def direction_of(grads):
@@ -382,7 +442,10 @@ class AbstractLineSearch(AbstractLineSearchOptimizer[_L]):
 
         **Arguments:**
 
-        - `value_and_grad_fn`: `params -> (loss, grad)`.
+        - `value_and_grad_fn`: `params -> (loss, grad)`. For a projected method (a
+            `ProjectedValueAndGrad`), the loss and gradient at the projection
+            of `params` onto the box; `evaluate` gives the slope along the
+            projected path.
         - `params`: the start point.
         - `direction`: the search direction (a descent direction), in its compute
             dtype.
@@ -423,7 +486,7 @@ class AbstractLineSearch(AbstractLineSearchOptimizer[_L]):
                 "(a function `params -> loss`), and ideally `value=` and `grad=` (the "
                 "loss and its gradient at `params`)."
             )
-        value_and_grad_fn = eqx.filter_value_and_grad(value_fn)
+        value_and_grad_fn = value_and_grad_of(value_fn)
         if value is None or grad is None:
             value0, grad0 = value_and_grad_fn(params)
             value = value0 if value is None else value
@@ -441,9 +504,12 @@ class AbstractLineSearch(AbstractLineSearchOptimizer[_L]):
         )
 
 
-def after_search(state, memory, new_params, params, grads, direction, ls_state, dtype):
+def after_search(
+    state, memory, new_params, params, grads, direction, ls_state, dtype, new_grad=None
+):
     """The memory after a line search (shared by LBFGS and LBFGSB): push the pair
-    `(new_params - params, new_grad - grads)`; a failed search drops the memory (the
+    `(new_params - params, new_grad - grads)` (`new_grad`: the search's gradient at
+    `new_params` unless given); a failed search drops the memory (the
     next direction is steepest descent, scaled by the last gamma). Returns the new
     `(s_memory, y_memory, rho_memory, head, gamma)` and the `stalled` / `failed`
     flags: a failure with an empty memory along a direction below the params'
@@ -451,7 +517,7 @@ def after_search(state, memory, new_params, params, grads, direction, ls_state, 
     below the loss's resolution (no trial can show a decrease that rounding does not
     swamp), is the limit of precision, not an error."""
     s = memory_difference(new_params, params)
-    y = memory_difference(ls_state.grad, grads)
+    y = memory_difference(ls_state.grad if new_grad is None else new_grad, grads)
     s_mem, y_mem, rho, head, gamma = memory
     s_mem, y_mem, rho, head, gamma = memory_push(
         s_mem, y_mem, rho, head, gamma, s, y, dtype
