@@ -511,3 +511,86 @@ def test_a_loss_with_aux_but_no_has_aux_says_so():
         eqxopt.minimize(loss_and_aux, eqxopt.LBFGS(), jnp.ones(2))
     sol = eqxopt.minimize(loss_and_aux, eqxopt.LBFGS(), jnp.ones(2), has_aux=True)
     assert jnp.allclose(sol.aux["y"], sol.value)
+
+
+def _box_rosenbrock(y, args):
+    return rosenbrock(y, args), {"y0": y[0]}
+
+
+_COUNTED = {
+    # name: (optimizer, bounds, other options of `minimize`)
+    "sgd": (lambda: eqxopt.SGD(1e-3), None, {}),
+    "adam_bounded": (lambda: eqxopt.Adam(0.05), (-2.0, 0.5), {}),
+    "lbfgs_zoom": (lambda: eqxopt.LBFGS(), None, {}),
+    "lbfgs_backtracking": (
+        lambda: eqxopt.LBFGS(linesearch=eqxopt.Backtracking()),
+        None,
+        {},
+    ),
+    "lbfgs_fixed_step": (lambda: eqxopt.LBFGS(0.1, linesearch=None), None, {}),
+    "lbfgsb": (lambda: eqxopt.LBFGSB(), (-2.0, 0.5), {}),
+    "lbfgs_projected_zoom": (lambda: eqxopt.LBFGS(), (-2.0, 0.5), {}),
+    "lbfgs_projected_backtracking": (
+        lambda: eqxopt.LBFGS(linesearch=eqxopt.Backtracking()),
+        (-2.0, 0.5),
+        {},
+    ),
+    "lbfgs_has_aux": (lambda: eqxopt.LBFGS(), None, {"has_aux": True}),
+    "lbfgsb_has_aux": (lambda: eqxopt.LBFGSB(), (-2.0, 0.5), {"has_aux": True}),
+    "lbfgs_projected_has_aux": (
+        lambda: eqxopt.LBFGS(),
+        (-2.0, 0.5),
+        {"has_aux": True},
+    ),
+    "adam_has_aux": (lambda: eqxopt.Adam(0.05), None, {"has_aux": True}),
+    "lbfgs_implicit": (lambda: eqxopt.LBFGS(), None, {"adjoint": "implicit"}),
+}
+
+
+@pytest.mark.parametrize("name", list(_COUNTED))
+def test_num_fevals_counts_every_call_of_fn(name):
+    # `stats["num_fevals"]` is the number of calls of `fn` (value and gradient
+    # together count once): the evaluation at `y0`, every evaluation of a line
+    # search (LBFGSB's, and a projected method's at the projected trial points),
+    # the one at each new point of a first-order step, and the final one for `aux`
+    # or for the implicit adjoint's differentiable loss.
+    make, bounds, options = _COUNTED[name]
+    calls = []
+    has_aux = options.get("has_aux", False)
+
+    def fn(y, args):
+        jax.debug.callback(lambda v: calls.append(np.asarray(v)), y)
+        return (_box_rosenbrock if has_aux else rosenbrock)(y, args)
+
+    sol = eqxopt.minimize(
+        fn,
+        make(),
+        jnp.array([-1.2, 1.0]),
+        bounds=bounds,
+        max_steps=25,
+        throw=False,
+        **options,
+    )
+    jax.effects_barrier()
+    assert int(sol.stats["num_steps"]) > 0
+    assert int(sol.stats["num_fevals"]) == len(calls)
+    if has_aux:
+        assert np.isclose(sol.aux["y0"], sol.value[0])
+
+
+def test_num_fevals_of_each_vmap_lane_is_that_of_its_single_solve():
+    # (The batched loop evaluates every lane until the slowest stops: the calls of
+    # `fn` are per batch, the counts per lane.)
+    def solve(y0, opt, bounds):
+        return eqxopt.minimize(
+            rosenbrock, opt, y0, bounds=bounds, max_steps=25, throw=False
+        )
+
+    y0 = jnp.array([[-1.2, 1.0], [0.3, 0.3], [2.0, -1.0]])
+    for opt, bounds in [(eqxopt.LBFGSB(), (-2.0, 0.5)), (eqxopt.LBFGS(), (-2.0, 0.5))]:
+        batched = jax.vmap(lambda y: solve(y, opt, bounds))(y0)
+        for i in range(len(y0)):
+            single = solve(y0[i], opt, bounds)
+            assert int(batched.stats["num_fevals"][i]) == int(
+                single.stats["num_fevals"]
+            )

@@ -20,6 +20,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, Bool, Float, Inexact, Int32, PyTree
 
+from .._bounds import project
 from .._core.base import AbstractOptimizer
 from .._custom_types import Params, Updates
 from .._misc import (
@@ -32,7 +33,6 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
-from .._transform.project import project
 
 
 # Abstract fields: type checkers see a `ClassVar` (as equinox does for its

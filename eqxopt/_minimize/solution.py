@@ -95,7 +95,11 @@ class Solution(eqx.Module):
     - `stats`: a dict with `num_steps` (updates applied, int32), `num_fevals` (calls
         of `fn`; value and gradient together count once; int32) and `history` (length
         `max_steps`: `history[i]` is the loss at the start of step `i`, NaN from
-        `num_steps` on).
+        `num_steps` on). `num_fevals` counts the calls of `minimize` and of the line
+        searches of [`eqxopt.LBFGS`][] and [`eqxopt.LBFGSB`][], not those an
+        optimizer makes itself through `value_fn=`, `obj_fn=` or `grad_fn=` (Sophia's
+        Hessian estimates, SAM's opaque mode, a line search inside a `Chain`, Optax's
+        L-BFGS through `from_optax`).
 
     !!! Example
 
