@@ -4,7 +4,8 @@ and optimistix run theirs).
 
 It is beartype, with PEP 484's numeric tower (an `int` is a valid `float`, as a static
 type checker reads `x: float`), except where eqxopt validates arguments itself: the
-constructors of optimizers and schedules, `minimize`, `to_optax` and `from_optax` must
+constructors of optimizers and schedules, `minimize`, `to_optax`, `from_optax`,
+`state_shardings` and `abstract_state` must
 raise a `ValueError` naming the field or argument for any wrong value, whatever its type
 (design.md#errors), and the tests check exactly that error. Their bodies and every other
 function are checked."""
@@ -21,6 +22,8 @@ _VALIDATE_THEMSELVES = {
     "eqxopt._minimize.minimize.minimize",
     "eqxopt._interop.to_optax",
     "eqxopt._interop.from_optax",
+    "eqxopt._sharding.state_shardings",
+    "eqxopt._sharding.abstract_state",
 }
 
 
