@@ -1,3 +1,7 @@
+// MathJax typesets the page once, when it has loaded (its default `startup.typeset`).
+// No `document$` handler: the site does not use instant navigation, so every page is a
+// full load, and clearing MathJax's cache after it has typeset the page deletes the
+// stylesheet that draws each character (the formulas are left blank).
 window.MathJax = {
   loader: { load: ["[tex]/textmacros"] },
   tex: {
@@ -13,9 +17,3 @@ window.MathJax = {
     processHtmlClass: "arithmatex"
   }
 };
-document$.subscribe(() => {
-  MathJax.startup.output.clearCache();
-  MathJax.typesetClear();
-  MathJax.texReset();
-  MathJax.typesetPromise();
-});
