@@ -137,7 +137,8 @@ def project(params: Params, lower: PyTree[Array], upper: PyTree[Array]) -> Param
 
 
 class ProjectBox(AbstractOptimizer[EmptyState]):
-    r"""Keep the params in the box $[\ell, u]$: the incoming updates $u$ become
+    r"""Keep the params in the box $[\ell, u]$: each step is projected onto it. The
+    incoming updates $u$ become
 
     $$P(p + u) - p, \qquad P(x) = \min(\max(x, \ell), u)$$
 
