@@ -90,6 +90,8 @@ _SYMBOLS = {
     "rVert": "‖",
     "|": "‖",
     "lvert": "|",
+    "Vert": "‖",
+    "vert": "|",
     "rvert": "|",
     "ldots": "…",
     "dots": "…",
@@ -167,12 +169,18 @@ def on_post_build(config, **kwargs):
     counter = 0
 
     def unique(words: list[str]) -> str:
-        # `adam~3f`: still found by `adam*`, and in no other document.
+        # `adam~bq`: still found by `adam*`, and in no other document. The suffix is
+        # letters: lunr's index of words mixes up digits with its own node numbers.
         nonlocal counter
         out = []
         for word in words:
-            counter += 1
-            out.append(f"{word.lower()}~{counter:x}")
+            counter, n, suffix = counter + 1, counter, ""
+            while True:
+                n, digit = divmod(n, 26)
+                suffix = chr(ord("a") + digit) + suffix
+                if n == 0:
+                    break
+            out.append(f"{word.lower()}~{suffix}")
         return " ".join(out)
 
     def split(name: str) -> list[str]:
