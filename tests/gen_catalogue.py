@@ -77,7 +77,7 @@ def _public_optimizers() -> list[str]:
 def main() -> str:
     built = [(case, case.make()) for case in CASES]
     lines = [
-        "# Catalogue",
+        "# Catalogue and tests",
         "",
         "Every public optimizer, transform and wrapper, and the Optax function whose",
         "numbers it is checked against (with the relative tolerance of that check in",
