@@ -1279,22 +1279,11 @@ def docs_text(results: dict) -> str:
                 "entries; their figures replace the sweep's).\n"
                 for r in results.get("reruns", [])
             ],
-            "### Targets",
-            "",
-            targets(results)[0],
-            "",
+            # The targets and the flat-buffer experiment are for developers: the
+            # console report and benchmarks/README.md have them, the site does not.
             "### Bandwidth floor",
             "",
             floor_table(results),
-            "",
-            "### Many small leaves as one flat buffer",
-            "",
-            "AdamW on the 63-leaf tree, updated leaf by leaf (eqxopt's AdamW) and "
-            "as one flat buffer (grads and params concatenated, flat moments, the "
-            "update split back into leaves), in multiples of the flat floor; the "
-            "tree floor is the floor's arithmetic applied leaf by leaf.",
-            "",
-            flat_buffer_table(results),
             "",
             "### Step time",
             "",

@@ -58,7 +58,8 @@ def test_catalogue_page_is_generated_from_the_registry():
 
 # --- The built site -------------------------------------------------------------------
 #
-# Built once per session (about 20-60 s); every test below reads the built files.
+# Built once per test run (about 20-60 s), shared with test_browser.py; every test
+# below reads the built files.
 
 _SEPARATOR = re.compile(r'[\s\-,:!=\[\]()"`/]+|\.(?!\d)|&[lg]t;|(?!\b)(?=[A-Z][a-z])')
 # Words that have no place in user documentation: paths of the machine the docs were
@@ -72,20 +73,9 @@ _FORBIDDEN = [
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> pathlib.Path:
-    import subprocess
-    import sys
+    from ._site import build_site
 
-    out = tmp_path_factory.mktemp("site")
-    mkdocs = pathlib.Path(sys.executable).with_name("mkdocs")
-    proc = subprocess.run(
-        [str(mkdocs), "build", "--strict", "--site-dir", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stderr[-6000:]}"
-    return out
+    return build_site(tmp_path_factory)
 
 
 def _public_names() -> list[str]:

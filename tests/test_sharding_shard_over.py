@@ -265,6 +265,7 @@ def test_matrix_optimizers_split_their_moments_not_their_factors(name, axis_type
                 out_shardings=(jtu.tree_map(lambda x: x.sharding, p), state_sh),
                 compiler_options=FAST_COMPILE,
             )
+            updates = None
             for g in gs:
                 updates, state = update(g, state, p)
         return updates, state, state_sh

@@ -1,3 +1,7 @@
+// MathJax typesets the page once, when it has loaded (its default `startup.typeset`).
+// No `document$` handler: the site does not use instant navigation, so every page is a
+// full load, and clearing MathJax's cache after it has typeset the page deletes the
+// stylesheet that draws each character (the formulas are left blank).
 window.MathJax = {
   loader: { load: ["[tex]/textmacros"] },
   tex: {
@@ -13,20 +17,3 @@ window.MathJax = {
     processHtmlClass: "arithmatex"
   }
 };
-// MathJax typesets a page once, when it has loaded. Clearing its output cache then
-// (as on every `document$` event) deletes the stylesheet that draws the glyphs it has
-// just typeset, leaving them blank: so only a page that replaces the first one
-// without a reload (instant navigation) is typeset again.
-let firstPage = true;
-document$.subscribe(() => {
-  if (firstPage) {
-    firstPage = false;
-    return;
-  }
-  MathJax.startup.promise.then(() => {
-    MathJax.startup.output.clearCache();
-    MathJax.typesetClear();
-    MathJax.texReset();
-    return MathJax.typesetPromise();
-  });
-});

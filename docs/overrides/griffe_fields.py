@@ -7,6 +7,7 @@ their types is appended to the docstring. For an `eqx.Enumeration` (`RESULTS`,
 `LineSearchResult`), a table of its values and their messages.
 """
 
+import collections.abc
 import dataclasses
 import inspect
 import re
@@ -76,21 +77,30 @@ def fields_table(cls: type) -> str | None:
 
 
 def _aliases() -> list[tuple[Any, str]]:
+    from jax.typing import DTypeLike
+
     from eqxopt import _custom_types as t
 
-    names = ["ScalarOrSchedule", "ScalarLike", "Schedule"]
+    aliases = {name: getattr(t, name) for name in ["ScalarOrSchedule", "ScalarLike"]}
+    aliases.update(Schedule=t.Schedule, ArrayLike=t.ArrayLike, DTypeLike=DTypeLike)
     out = []
-    for name in names:
-        alias = getattr(t, name)
+    for name, alias in aliases.items():
         out += [(alias, name), (alias | None, f"{name} | None")]
-    out.append((t.ArrayLike, "ArrayLike"))
     return out
 
 
 def alias_name(annotation: Any) -> str | None:
     """`ScalarOrSchedule` for the union it stands for (type aliases are expanded at
-    runtime, which would print a 20-line union in every signature)."""
-    for alias, name in _aliases():
+    runtime, which would print a 20-line union in every signature). `ScalarLike` and
+    `ArrayLike` are equal unions: the order of their members tells which was written."""
+    import typing
+
+    aliases = _aliases()
+    members = typing.get_args(annotation)
+    for alias, name in aliases:
+        if members and members == typing.get_args(alias):
+            return name
+    for alias, name in aliases:
         try:
             if annotation == alias:
                 return name
@@ -99,9 +109,39 @@ def alias_name(annotation: Any) -> str | None:
     return None
 
 
+def annotation_text(annotation: Any) -> str | None:
+    """The annotation as written, with each alias under its name (`tuple[ScalarLike,
+    ScalarLike]`), or None if it holds no alias."""
+    import types
+    import typing
+
+    name = alias_name(annotation)
+    if name is not None:
+        return name
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is None or not args:
+        return None
+    texts = [annotation_text(a) for a in args]
+    if all(t is None for t in texts):
+        return None
+    texts = [_type(a) if t is None else t for a, t in zip(args, texts)]
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join("None" if t == "NoneType" else t for t in texts)
+    if origin is collections.abc.Callable:  # Callable[[A, B], R]: args are (A, B, R)
+        texts = [f"[{', '.join(texts[:-1])}]", texts[-1]]
+    return f"{getattr(origin, '__name__', _type(origin))}[{', '.join(texts)}]"
+
+
 class ListFields(griffe.Extension):
     def on_function_instance(self, *, node, func, agent, **kwargs) -> None:
         obj = getattr(node, "obj", None)
+        # A dataclass's generated `__init__` has `object.__init__`'s docstring
+        # ("Initialize self. See help(type(self))..."), which would be merged into
+        # the class's.
+        generated = inspect.cleandoc(object.__init__.__doc__ or "")
+        if func.name == "__init__" and func.docstring is not None:
+            if func.docstring.value.strip() == generated:
+                func.docstring = None
         try:
             signature = inspect.signature(obj)  # pyright: ignore[reportArgumentType]
         except (TypeError, ValueError):
@@ -110,9 +150,9 @@ class ListFields(griffe.Extension):
             runtime = signature.parameters.get(param.name)
             if runtime is None or runtime.annotation is inspect.Parameter.empty:
                 continue
-            name = alias_name(runtime.annotation)
-            if name is not None:
-                param.annotation = name
+            text = annotation_text(runtime.annotation)
+            if text is not None:
+                param.annotation = text
 
     def on_class_instance(self, *, node, cls, agent, **kwargs) -> None:
         obj = getattr(node, "obj", None)

@@ -30,7 +30,11 @@ MATHJAX_COMMAND = (
 )
 
 _DIRECTIVE = re.compile(r"^\s*:::\s+(eqxopt(?:\.\w+)+)\s*$", re.MULTILINE)
-_SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)\.(?=\s|$)")
+# A full stop that ends a sentence: not the one of "e.g.", "i.e.", "etc." or "et al.".
+_SENTENCE_END = re.compile(
+    r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)(?<!\bet al)(?<!\bcf)(?<!\bvs)\.(?=\s|$)"
+)
+_INLINE_MATHS = re.compile(r"(?<!\\)\$(?!\$)(.+?)(?<!\\)\$")
 
 
 def on_config(config, **kwargs):
@@ -84,20 +88,40 @@ def constant_doc(name: str) -> str:
     return ""
 
 
+def first_sentence(doc: str) -> str:
+    """The first sentence of a docstring, on one line, ready for a table cell."""
+    paragraph = " ".join(doc.strip().split("\n\n", 1)[0].split())
+    if paragraph.startswith(("$$", "!!!", "???", "```")):
+        return ""
+    match = _SENTENCE_END.search(paragraph)
+    sentence = paragraph[: match.end()] if match else paragraph
+    if sentence.endswith(":"):  # introduces a formula or a list: ends the sentence
+        sentence = sentence[:-1].rstrip() + "."
+    return table_cell(sentence)
+
+
+def table_cell(text: str) -> str:
+    """`text` with every `|` written so that it does not split a table cell: inside
+    maths a norm `\\|x\\|` is `\\Vert x\\Vert` and `|x|` is `\\vert x\\vert`."""
+
+    def maths(match):
+        tex = re.sub(r"\\\|(?=[A-Za-z])", r"\\Vert ", match.group(1))
+        tex = re.sub(r"(?<!\\)\|(?=[A-Za-z])", r"\\vert ", tex)
+        return "$" + tex.replace("\\|", "\\Vert").replace("|", "\\vert") + "$"
+
+    text = _INLINE_MATHS.sub(maths, text)
+    return text.replace("|", "\\|")
+
+
 def summary(obj, name: str = "") -> str:
     """The first sentence of `obj`'s docstring, on one line."""
     if _is_documented_object(obj):
         doc = inspect.getdoc(obj) or ""
-    else:  # a constant: its own docstring, not its type's
+    else:  # a constant: its own docstring, or its type's if that is eqxopt's own
         doc = constant_doc(name)
-    paragraph = doc.strip().split("\n\n", 1)[0]
-    paragraph = " ".join(paragraph.split())
-    if paragraph.startswith(("$$", "!!!", "```")):
-        return ""
-    match = _SENTENCE_END.search(paragraph)
-    sentence = paragraph[: match.end()] if match else paragraph
-    # In a table cell a bar ends the cell, LaTeX's norm `\|` too: it becomes `\Vert`.
-    return sentence.replace("\\|", "\\Vert{}").replace("|", "\\|")
+        if not doc and type(obj).__module__.startswith("eqxopt."):
+            doc = inspect.getdoc(type(obj)) or ""
+    return first_sentence(doc)
 
 
 def _kind(name: str, obj) -> str:

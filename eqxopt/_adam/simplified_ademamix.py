@@ -53,8 +53,8 @@ class SimplifiedAdEMAMixState(eqx.Module):
 
 
 class SimplifiedAdEMAMix(AbstractOptimizer[SimplifiedAdEMAMixState]):
-    r"""Simplified AdEMAMix: one momentum buffer, an undamped sum $m_k = \beta_1 m_{k-1}
-    + g_k$, mixed with the current gradient.
+    r"""Simplified AdEMAMix: one momentum buffer (an undamped sum of the gradients),
+    mixed with the current gradient.
 
     $$m_k = \beta_1 m_{k-1} + g_k, \qquad
       n_k = \beta_2 n_{k-1} + (1-\beta_2)\,g_k^2$$

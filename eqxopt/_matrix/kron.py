@@ -54,7 +54,7 @@ _PRECISIONS += ("highest",)
 class PrecondUpdateProbSchedule(AbstractSchedule):
     r"""The default `preconditioner_update_probability` of [`eqxopt.Kron`][]:
     `psgd_jax.kron.precond_update_prob_schedule`, an exponential anneal with a flat
-    start,
+    start:
 
     $$p(n) = \min\left(\max\left(p_{\max}\, e^{-d\,(n - n_0)},\ p_{\min}\right),
       p_{\max}\right),$$

@@ -158,7 +158,7 @@ class Shampoo(AbstractOptimizer[ShampooState]):
     `preconditioning_compute_steps` steps the preconditioner
     $P_k = (S_k + \epsilon I)^{-1/p}$, $p = 2K$ for $K$ preconditioned axes (or
     `exponent_override`), by a coupled Newton iteration, with
-    $\epsilon = \texttt{matrix\_epsilon}\cdot\lambda_{\max}(S_k)$; a root whose
+    $\epsilon$ = `matrix_epsilon` $\cdot\,\lambda_{\max}(S_k)$; a root whose
     residual is NaN or at least `inverse_failure_threshold` is discarded (the
     previous one is kept). The preconditioned gradient $\tilde G = G \times_1 P_1
     \cdots \times_K P_K$ is *grafted*: rescaled per param to the norm of a simple

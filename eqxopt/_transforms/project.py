@@ -14,7 +14,8 @@ from .._misc import out_dtype, tree_map
 
 
 class ProjectBox(AbstractOptimizer[EmptyState]):
-    r"""Keep the params in the box $[\ell, u]$: the incoming updates $u$ become
+    r"""Keep the params in the box $[\ell, u]$: each step is projected onto it. The
+    incoming updates $u$ become
 
     $$P(p + u) - p, \qquad P(x) = \min(\max(x, \ell), u)$$
 
