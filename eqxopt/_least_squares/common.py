@@ -96,7 +96,11 @@ class Problem(eqx.Module):
 
 
 def norm(x):
-    return jnp.sqrt(jnp.sum(x * x))
+    """The Euclidean norm, with a finite derivative at 0 (the unrolled adjoint
+    differentiates every branch of a `jnp.where`)."""
+    sq = jnp.sum(x * x)
+    positive = sq > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1)), 0)
 
 
 def cl_scaling(x, g, lower, upper):

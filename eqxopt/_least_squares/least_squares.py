@@ -168,7 +168,15 @@ def _primal(inputs):
         "num_jevals": carry.num_jevals,
         "history": history,
     }
-    return carry.x, (carry.cost, carry.aux, carry.J, carry.state, result, stats)
+    return carry.x, (
+        carry.cost,
+        carry.aux,
+        carry.J,
+        carry.state,
+        carry.r,
+        result,
+        stats,
+    )
 
 
 @no_type_check
@@ -180,6 +188,36 @@ def _rewrite(x, residual, inputs):
     if lower is None:
         return g
     return x - jnp.clip(x - g, lower, upper)
+
+
+def _unflatten_like(shapes, flat):
+    """`flat` split into the leaves of `shapes` (a PyTree of `ShapeDtypeStruct`s)."""
+    leaves, treedef = jtu.tree_flatten(shapes)
+    out, start = [], 0
+    for leaf in leaves:
+        size = int(np.prod(leaf.shape))
+        out.append(flat[start : start + size].reshape(leaf.shape).astype(leaf.dtype))
+        start += size
+    return jtu.tree_unflatten(treedef, out)
+
+
+@eqx.filter_custom_jvp
+def _at_solution(x, residuals, out):
+    """`out` (the residuals and aux at `x`, from the loop), differentiable as
+    `residuals.tree(x)` is."""
+    return out
+
+
+@_at_solution.def_jvp
+def _at_solution_jvp(primals, tangents):
+    x, residuals, out = primals
+    tx, t_residuals, _ = tangents
+    if tx is None:
+        tx = jnp.zeros_like(x)
+    _, t_out = eqx.filter_jvp(
+        lambda x, res: res.tree(x), (x, residuals), (tx, t_residuals)
+    )
+    return out, t_out
 
 
 def _solve(fn, solver, y0, args, bounds, options, throw_inside, adjoint):
@@ -205,19 +243,16 @@ def _solve(fn, solver, y0, args, bounds, options, throw_inside, adjoint):
     inputs = (residuals, solver, lower, upper, x0, options)
     if adjoint == "implicit":
         tags = frozenset({lx.symmetric_tag}) if bounds is None else frozenset()
-        x, (cost, aux, J, state, result, stats) = optx.internal.implicit_jvp(
+        x, (cost, aux, J, state, r_flat, result, stats) = optx.internal.implicit_jvp(
             _primal, _rewrite, inputs, tags, lx.AutoLinearSolver(well_posed=None)
         )
-        # The residuals, cost and aux again, outside the custom derivative, so that
-        # they are differentiable too.
-        r, aux = residuals.tree(x)
-        stats = dict(stats, num_fevals=stats["num_fevals"] + 1)
-        flat, _ = ravel_pytree(r)
-        cost = 0.5 * jnp.sum(flat.astype(x.dtype) ** 2)
     else:
-        x, (cost, aux, J, state, result, stats) = _primal(inputs)
-        r, _ = residuals.tree(x)
-        stats = dict(stats, num_fevals=stats["num_fevals"] + 1)
+        x, (cost, aux, J, state, r_flat, result, stats) = _primal(inputs)
+    # The residuals, cost and aux at the solution are the loop's (no new evaluation
+    # of `fn`); their derivatives are those of `fn` at the solution.
+    r_tree = _unflatten_like(jax.eval_shape(lambda x: residuals.tree(x)[0], x0), r_flat)
+    r, aux = _at_solution(x, residuals, (r_tree, aux))
+    cost = 0.5 * jnp.sum(jnp.square(ravel_pytree(r)[0].astype(x.dtype)))
     sol = Solution(
         value=residuals.y(x),
         loss=cost,

@@ -95,7 +95,10 @@ def lmpar(m, n, uf, s, V, delta, par0):
 def _gnorm(J, f, colnorm):
     """MINPACK's scaled gradient test quantity: `max_j |J_j^T f| / (|J_j| |f|)`."""
     fnorm = norm(f)
-    Jtf = J.T @ f
+    # Through the QR factors, as MINPACK (`R^T Q^T f`): with a nearly singular `J`
+    # and tiny residuals this rounds as `lmder` does, where `J^T f` would not.
+    Q, R = jnp.linalg.qr(J)
+    Jtf = R.T @ (Q.T @ f)
     safe = jnp.where(colnorm > 0, colnorm, 1) * jnp.where(fnorm > 0, fnorm, 1)
     ratio = jnp.where(colnorm > 0, jnp.abs(Jtf) / safe, 0)
     return jnp.where(fnorm > 0, jnp.max(ratio), 0)
