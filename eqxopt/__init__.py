@@ -87,6 +87,10 @@ from ._interop import (
     FromOptaxState as FromOptaxState,
     to_optax as to_optax,
 )
+from ._least_squares.curve_fit import curve_fit as curve_fit
+from ._least_squares.least_squares import least_squares as least_squares
+from ._least_squares.lm import LevenbergMarquardt as LevenbergMarquardt
+from ._least_squares.trf import TrustRegionReflective as TrustRegionReflective
 from ._matrix.galore import (
     GaLore as GaLore,
     GaLoreDimensionNumbers as GaLoreDimensionNumbers,

@@ -31,6 +31,7 @@ FAMILIES = {
     "transforms": ("building blocks to chain", True),
     "wrappers": ("optimizers that wrap optimizers", True),
     "minimize": ("minimize, L-BFGS(-B), line searches, results", True),
+    "least_squares": ("least_squares, curve_fit, TRF, Levenberg-Marquardt", False),
     "interop": ("to and from Optax", False),
     "checkpoint": ("saving and restoring (optimizer, state)", False),
     "sharding": ("state shardings", False),
@@ -55,6 +56,8 @@ SHARED = {
     "eqxopt._minimize.linesearch",
     "eqxopt._minimize.loop",
     "eqxopt._minimize.solution",
+    "eqxopt._least_squares.base",
+    "eqxopt._least_squares.common",
 }
 
 # Test files that run over the whole registry or the whole package, not one family.

@@ -14,6 +14,7 @@ differentiates the function, which may contain line searches of its own).
 
 import contextlib
 import contextvars
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -73,3 +74,46 @@ def while_loop(
 
     _, out = lax.while_loop(bounded_cond, counted_body, (np.zeros((), np.int32), init))
     return out
+
+
+class Progress:
+    """A live progress bar on stderr (tqdm if installed, else a plain line)."""
+
+    def __init__(self, max_steps: int, desc: str):
+        self.max_steps = max_steps
+        self.desc = desc
+        self.bar = None
+        self.last = 0
+
+    def start(self):
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # pragma: no cover - tqdm is in the dev extra
+            self.bar = None
+        else:
+            self.bar = tqdm(
+                total=self.max_steps, desc=self.desc, unit="step", file=sys.stderr
+            )
+        self.last = 0
+
+    def update(self, step, loss):
+        step = int(step)
+        if self.bar is not None:
+            self.bar.update(step - self.last)
+            self.bar.set_postfix(loss=f"{float(loss):.6e}", refresh=False)
+        else:
+            print(
+                f"\r{self.desc}: step {step}/{self.max_steps}  loss {float(loss):.6e}",
+                end="",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.last = step
+
+    def close(self, step, loss):
+        self.update(step, loss)
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        else:
+            print(file=sys.stderr, flush=True)

@@ -1,6 +1,5 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
-import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple, no_type_check
 
@@ -40,7 +39,7 @@ from .linesearch import (
     ProjectedLoss,
     select,
 )
-from .loop import loops, while_loop
+from .loop import loops, Progress as _Progress, while_loop
 from .solution import RESULTS, Solution, succeeded
 
 
@@ -110,48 +109,6 @@ def _all_finite(tree):
         if is_param(x):
             out = out & jnp.all(jnp.isfinite(x))
     return out
-
-
-class _Progress:
-    """A live progress bar on stderr (tqdm if installed, else a plain line)."""
-
-    def __init__(self, max_steps: int):
-        self.max_steps = max_steps
-        self.bar = None
-        self.last = 0
-
-    def start(self):
-        try:
-            from tqdm.auto import tqdm
-        except ImportError:  # pragma: no cover - tqdm is in the dev extra
-            self.bar = None
-        else:
-            self.bar = tqdm(
-                total=self.max_steps, desc="minimize", unit="step", file=sys.stderr
-            )
-        self.last = 0
-
-    def update(self, step, loss):
-        step = int(step)
-        if self.bar is not None:
-            self.bar.update(step - self.last)
-            self.bar.set_postfix(loss=f"{float(loss):.6e}", refresh=False)
-        else:
-            print(
-                f"\rminimize: step {step}/{self.max_steps}  loss {float(loss):.6e}",
-                end="",
-                file=sys.stderr,
-                flush=True,
-            )
-        self.last = step
-
-    def close(self, step, loss):
-        self.update(step, loss)
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-        else:
-            print(file=sys.stderr, flush=True)
 
 
 class _Options(NamedTuple):
@@ -418,7 +375,7 @@ def _primal(inputs):
     state0 = problem.optimizer.init(y0)
     cached = _cached(problem)
     uses_cache = cached is not None and cached(state0) is not None
-    bar = _Progress(max_steps) if options.progress else None
+    bar = _Progress(max_steps, "minimize") if options.progress else None
     if bar is not None:
         jax.debug.callback(bar.start, ordered=True)
 

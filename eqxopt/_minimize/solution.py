@@ -100,6 +100,13 @@ class Solution(eqx.Module):
         optimizer makes itself through `value_fn=`, `obj_fn=` or `grad_fn=` (Sophia's
         Hessian estimates, SAM's opaque mode, a line search inside a `Chain`, Optax's
         L-BFGS through `from_optax`).
+    - `residuals`: from [`eqxopt.least_squares`][] only (else `None`): the residuals
+        at `value`, as `fn` returns them.
+    - `jac`: from [`eqxopt.least_squares`][] only: the Jacobian of the residuals at
+        `value` as a dense matrix, rows over `ravel_pytree(residuals)`'s order and
+        columns over `ravel_pytree(y0)`'s; `None` with `jac="matrix-free"`. There
+        `stats` also has `num_jevals` (Jacobian evaluations) and `loss` is SciPy's
+        `cost`, `0.5 * sum(residuals**2)`.
 
     !!! Example
 
@@ -125,3 +132,5 @@ class Solution(eqx.Module):
     state: Any
     result: RESULTS
     stats: dict[str, PyTree[ArrayLike]]
+    residuals: PyTree[Array] | None = None
+    jac: Array | None = None

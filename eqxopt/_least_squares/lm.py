@@ -1,0 +1,288 @@
+"""`LevenbergMarquardt`: MINPACK's `lmder`, SciPy's `least_squares(method="lm")`."""
+
+import dataclasses
+from typing import Any
+
+import equinox as eqx
+import jax.lax as lax
+import jax.numpy as jnp
+import jax.tree_util as jtu
+import numpy as np
+from jaxtyping import Array
+
+from .._minimize.loop import while_loop
+from .base import AbstractLeastSquaresSolver, Carry, MAX_TRIALS, Options
+from .common import check_solver_options, norm, phi_and_derivative, Problem
+
+
+# MINPACK's constants: the initial step bound is `_FACTOR |diag * x0|`.
+_FACTOR = 100.0
+
+
+class LMState(eqx.Module):
+    """MINPACK's step bound `delta`, Levenberg-Marquardt parameter `par`, variable
+    scaling `diag` and `xnorm = |diag * x|`; `first`: no step accepted yet."""
+
+    delta: Any
+    par: Any
+    diag: Any
+    xnorm: Any
+    first: Any
+
+
+def lmpar(m, n, uf, s, V, delta, par0):
+    """MINPACK's `lmpar` in the scaled variables `z = diag * p`, through the SVD
+    `J diag^{-1} = U diag(s) V^T` (`uf = U^T r`): the Gauss-Newton step when
+    `|z| <= 1.1 delta`, else the step for the parameter `par` found by Moré's
+    safeguarded Newton iteration (at most 10 iterations, `| |z| - delta | <=
+    0.1 delta`), started from `par0`. Returns `(z, par)`."""
+    dtype = uf.dtype
+    tiny = jnp.finfo(dtype).tiny
+    eps = jnp.finfo(dtype).eps
+    keep = s > eps * max(m, n) * s[0]
+    full = keep[-1] if m >= n else jnp.zeros((), bool)
+    s_safe = jnp.where(keep, s, 1)
+    suf = s * uf
+    z_gn = -V @ jnp.where(keep, uf / s_safe, 0)
+    dxnorm = norm(z_gn)
+    fp = dxnorm - delta
+    gn = fp <= 0.1 * delta
+    _, dphi0 = phi_and_derivative(jnp.zeros_like(delta), suf, s_safe, delta)
+    parl = jnp.where(full, -fp * dxnorm / (delta * dphi0), 0)
+    parl = jnp.where(jnp.isfinite(parl), parl, 0)
+    gnorm = norm(suf)
+    paru = gnorm / delta
+    paru = jnp.where(paru == 0, tiny / jnp.minimum(delta, 0.1), paru)
+    par = jnp.minimum(jnp.maximum(par0, parl), paru)
+    par = jnp.where(par == 0, gnorm / dxnorm, par)
+
+    def z_of(par):
+        return -V @ (suf / (s**2 + par))
+
+    def body(it, c):
+        par, parl, paru, fp, done = c
+        par = jnp.where(par == 0, jnp.maximum(tiny, 0.001 * paru), par)
+        z = z_of(par)
+        dxnorm = norm(z)
+        temp = fp
+        fp_new = dxnorm - delta
+        stop = (
+            (jnp.abs(fp_new) <= 0.1 * delta)
+            | ((parl == 0) & (fp_new <= temp) & (temp < 0))
+            | (it == 9)
+        )
+        _, dphi = phi_and_derivative(par, suf, s, delta)
+        parc = -fp_new * dxnorm / (delta * dphi)
+        parl_new = jnp.where(fp_new > 0, jnp.maximum(parl, par), parl)
+        paru_new = jnp.where(fp_new < 0, jnp.minimum(paru, par), paru)
+        par_new = jnp.where(stop, par, jnp.maximum(parl_new, par + parc))
+        upd = lambda old, new: jnp.where(done, old, new)
+        return (
+            upd(c[0], par_new),
+            upd(parl, parl_new),
+            upd(paru, paru_new),
+            upd(fp, fp_new),
+            done | stop,
+        )
+
+    init = (par, parl, paru, fp, gn)
+    par, _, _, _, _ = lax.fori_loop(0, 10, body, init)
+    par = jnp.where(gn, 0, par)
+    z = jnp.where(gn, z_gn, z_of(par))
+    return z, par
+
+
+def _gnorm(J, f, colnorm):
+    """MINPACK's scaled gradient test quantity: `max_j |J_j^T f| / (|J_j| |f|)`."""
+    fnorm = norm(f)
+    # Through the QR factors, as MINPACK (`R^T Q^T f`): with a nearly singular `J`
+    # and tiny residuals this rounds as `lmder` does, where `J^T f` would not.
+    Q, R = jnp.linalg.qr(J)
+    Jtf = R.T @ (Q.T @ f)
+    safe = jnp.where(colnorm > 0, colnorm, 1) * jnp.where(fnorm > 0, fnorm, 1)
+    ratio = jnp.where(colnorm > 0, jnp.abs(Jtf) / safe, 0)
+    return jnp.where(fnorm > 0, jnp.max(ratio), 0)
+
+
+class LevenbergMarquardt(AbstractLeastSquaresSolver):
+    r"""The Levenberg-Marquardt method of MINPACK's `lmder` (SciPy's
+    `least_squares(method="lm")`), without bounds.
+
+    Each iteration finds the step $p$ minimizing $|J p + r|$ subject to
+    $|D p| \le \Delta$ (MINPACK's `lmpar`: the Levenberg-Marquardt parameter by
+    Moré's safeguarded Newton iteration, here through an SVD of $J D^{-1}$), and
+    updates the bound $\Delta$ from the ratio of actual to predicted reduction as
+    `lmder` does; a step is accepted when that ratio is at least $10^{-4}$.
+    $D = 1/x_\text{scale}$, or with `x_scale="jac"` the Jacobian's column norms
+    (never decreasing; MINPACK's `mode=1`).
+
+    Converged when MINPACK's tests hold: `ftol` on the actual and predicted relative
+    reductions of the sum of squares, `xtol` on $\Delta \le x_{tol} |D x|$, `gtol` on
+    the largest cosine between $r$ and a column of $J$. Bounds raise a
+    `ValueError` (use [`eqxopt.TrustRegionReflective`][]).
+
+    ??? cite "References"
+
+        ```bibtex
+        @inproceedings{more1978levenberg,
+            title={The {L}evenberg-{M}arquardt algorithm: implementation and theory},
+            author={Mor{\'e}, Jorge J.}, booktitle={Numerical Analysis},
+            series={Lecture Notes in Mathematics}, volume={630}, pages={105--116},
+            publisher={Springer}, year={1978}}
+        ```
+    """
+
+    jac: str = eqx.field(default="auto", static=True)
+    x_scale: Any = 1.0
+
+    def __check_init__(self):
+        check_solver_options("LevenbergMarquardt", self.jac, self.x_scale)
+        if self.jac == "matrix-free":
+            raise ValueError(
+                "`LevenbergMarquardt(jac='matrix-free')` is not supported: MINPACK's "
+                "steps need the Jacobian. Use "
+                "`TrustRegionReflective(jac='matrix-free')`."
+            )
+
+    def _colnorm(self, J):
+        return jnp.sqrt(jnp.sum(J * J, axis=0))
+
+    def start(self, problem: Problem, carry: Carry, options: Options) -> Carry:
+        x, J = carry.x, carry.J
+        assert J is not None
+        colnorm = self._colnorm(J)
+        if isinstance(self.x_scale, str):
+            diag = jnp.where(colnorm == 0, 1, colnorm)
+        else:
+            diag = 1 / jnp.broadcast_to(jnp.asarray(self.x_scale, x.dtype), x.shape)
+        xnorm = norm(diag * x)
+        delta = jnp.where(xnorm == 0, _FACTOR, _FACTOR * xnorm).astype(x.dtype)
+        state = LMState(delta, jnp.zeros_like(delta), diag, xnorm, jnp.ones((), bool))
+        converged = _gnorm(J, carry.r, colnorm) <= options.gtol
+        return dataclasses.replace(carry, state=state, converged=converged)
+
+    def iterate(self, problem: Problem, carry: Carry, options: Options) -> Carry:
+        x, f, J, cost = carry.x, carry.r, carry.J, carry.cost
+        assert J is not None
+        state: LMState = carry.state
+        n, m = x.size, f.size
+        colnorm = self._colnorm(J)
+        diag = state.diag
+        if isinstance(self.x_scale, str):
+            diag = jnp.maximum(diag, colnorm)
+        U, s, Vt = jnp.linalg.svd(J / diag, full_matrices=False)
+        uf = U.T @ f
+        V = Vt.T
+        fnorm = norm(f)
+
+        J_: Array = J
+
+        def trial(c):
+            delta, par, xnorm, first, _, _, _, _, _, nfev, trials = c
+            z, par = lmpar(m, n, uf, s, V, delta, par)
+            p = z / diag
+            pnorm = norm(z)
+            delta = jnp.where(first, jnp.minimum(delta, pnorm), delta)
+            x_new = x + p
+            f_new, aux_new = problem.residuals(x_new)
+            fnorm1 = norm(f_new)
+            actred = jnp.where(0.1 * fnorm1 < fnorm, 1 - (fnorm1 / fnorm) ** 2, -1.0)
+            temp1 = norm(J_ @ p) / fnorm
+            temp2 = jnp.sqrt(par) * pnorm / fnorm
+            prered = temp1**2 + temp2**2 / 0.5
+            dirder = -(temp1**2 + temp2**2)
+            ratio = jnp.where(
+                prered != 0, actred / jnp.where(prered != 0, prered, 1), 0
+            )
+            temp = jnp.where(actred >= 0, 0.5, 0.5 * dirder / (dirder + 0.5 * actred))
+            temp = jnp.where((0.1 * fnorm1 >= fnorm) | (temp < 0.1), 0.1, temp)
+            poor = ratio <= 0.25
+            good = ~poor & ((par == 0) | (ratio >= 0.75))
+            delta = jnp.where(
+                poor,
+                temp * jnp.minimum(delta, pnorm / 0.1),
+                jnp.where(good, pnorm / 0.5, delta),
+            )
+            par = jnp.where(poor, par / temp, jnp.where(good, 0.5 * par, par))
+            success = ratio >= 1e-4
+            xnorm = jnp.where(success, norm(diag * x_new), xnorm)
+            ftol_ok = (
+                (jnp.abs(actred) <= options.ftol)
+                & (prered <= options.ftol)
+                & (0.5 * ratio <= 1)
+            )
+            xtol_ok = delta <= options.xtol * xnorm
+            return (
+                delta,
+                par,
+                xnorm,
+                first & ~success,
+                success,
+                ftol_ok | xtol_ok,
+                x_new,
+                (f_new, aux_new),
+                0.5 * fnorm1**2,
+                nfev + 1,
+                trials + 1,
+            )
+
+        def cond(c):
+            success, term, trials = c[4], c[5], c[10]
+            return ~success & ~term & (trials < MAX_TRIALS)
+
+        false = jnp.zeros((), bool)
+        init = (
+            state.delta,
+            state.par,
+            state.xnorm,
+            state.first,
+            false,
+            false,
+            x,
+            (f, carry.aux),
+            cost,
+            carry.num_fevals,
+            jnp.asarray(0, jnp.int32),
+        )
+        out = while_loop(cond, trial, init, max_steps=MAX_TRIALS)
+        delta, par, xnorm, first, success, term, x_new, (f_new, aux_new) = out[:8]
+        cost_new, nfev = out[8], out[9]
+        pick = lambda new, old: jnp.where(success, new, old)
+        x = pick(x_new, x)
+        J_new, g_new = problem.jacobian_and_grad(x)
+        assert J_new is not None
+        J = pick(J_new, J)
+        g = pick(g_new, carry.g)
+        f = pick(f_new, f)
+        aux = jtu.tree_map(pick, aux_new, carry.aux)
+        cost = pick(cost_new, cost)
+        gtol_ok = _gnorm(J, f, self._colnorm(J)) <= options.gtol
+        finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(J))
+        return Carry(
+            x,
+            f,
+            aux,
+            J,
+            g,
+            cost,
+            LMState(delta, par, diag, xnorm, first),
+            carry.num_steps + success.astype(np.int32),
+            nfev,
+            carry.num_jevals + success.astype(np.int32),
+            term | gtol_ok,
+            finite,
+            ~success & ~term,
+        )
+
+
+LevenbergMarquardt.__init__.__doc__ = r"""**Arguments:**
+
+- `jac`: how the Jacobian is computed: `"auto"` (forward mode when there are no more
+    parameters than residuals, else reverse mode), `"fwd"` or `"rev"`.
+    (`"matrix-free"` raises a `ValueError`: MINPACK's steps need the Jacobian.)
+    (Static.)
+- `x_scale`: the inverse of MINPACK's `diag`: a positive number or an array over
+    `ravel_pytree(y0)`'s order, or `"jac"` (MINPACK's `mode=1`: `diag` is the
+    Jacobian's column norms, never decreasing). Default `1.0` (SciPy's default for
+    `method="lm"` is `"jac"` since SciPy 1.16; pass `x_scale="jac"` to match it).
+"""
