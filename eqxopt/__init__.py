@@ -119,6 +119,7 @@ from ._minimize.linesearch import (
     LineSearchResult as LineSearchResult,
 )
 from ._minimize.minimize import minimize as minimize
+from ._minimize.newton_cg import NewtonCG as NewtonCG, NewtonCGState as NewtonCGState
 from ._minimize.solution import RESULTS as RESULTS, Solution as Solution
 from ._minimize.zoom import Zoom as Zoom, ZoomState as ZoomState
 from ._parameter_free.cocob import COCOB as COCOB, COCOBState as COCOBState

@@ -41,6 +41,7 @@ from .linesearch import (
     select,
 )
 from .loop import loops, while_loop
+from .newton_cg import NewtonCG
 from .solution import RESULTS, Solution, succeeded
 
 
@@ -307,6 +308,12 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
         fixed = _at_fixed_point(optimizer, (y, state), (carry.y, carry.state))
         no_decrease = select(fixed, carry.no_decrease + 1, 0)
         stalled = no_decrease >= _MAX_NO_DECREASE
+    elif isinstance(optimizer, NewtonCG):
+        # A rejected trial step leaves `y` and shrinks the trust region: not a step
+        # without decrease; the optimizer says when it can no longer move `y`.
+        failed = evaluation.failed
+        no_decrease = carry.no_decrease
+        stalled = evaluation.stalled
     else:
         failed = evaluation.failed
         # The optimizer says when its line search failed below the resolution of y;
@@ -497,6 +504,8 @@ def _primal(inputs):
         "num_fevals": num_fevals,
         "history": history,
     }
+    if isinstance(problem.optimizer, NewtonCG):
+        stats["num_hvps"] = carry.state.num_hvps
     return y, (f, aux, carry.state, result, stats)
 
 
@@ -811,6 +820,12 @@ def minimize(
         if not float(tol) >= 0:
             raise ValueError(f"eqxopt.minimize: `{name}` must be >= 0, got {tol}.")
     _check_y0(y0)
+    if bounds is not None and isinstance(optimizer, NewtonCG):
+        raise ValueError(
+            "eqxopt.minimize: `NewtonCG` takes no `bounds` (its trust region is a "
+            "ball around the point, not a box); use `eqxopt.LBFGSB()` for box "
+            "constraints."
+        )
     if bounds is not None:  # validate here, where concrete bounds can be checked
         check_bounds(bounds, eqx.filter(y0, is_param))
     options = _Options(
