@@ -112,6 +112,10 @@ from ._minimize.backtracking import (
     Backtracking as Backtracking,
     BacktrackingState as BacktrackingState,
 )
+from ._minimize.constrained import (
+    AugmentedLagrangian as AugmentedLagrangian,
+    Constraints as Constraints,
+)
 from ._minimize.lbfgs import LBFGS as LBFGS, LBFGSState as LBFGSState
 from ._minimize.lbfgsb import LBFGSB as LBFGSB, LBFGSBState as LBFGSBState
 from ._minimize.linesearch import (
