@@ -116,6 +116,10 @@ from ._minimize.backtracking import (
     Backtracking as Backtracking,
     BacktrackingState as BacktrackingState,
 )
+from ._minimize.constrained import (
+    AugmentedLagrangian as AugmentedLagrangian,
+    Constraints as Constraints,
+)
 from ._minimize.lbfgs import LBFGS as LBFGS, LBFGSState as LBFGSState
 from ._minimize.lbfgsb import LBFGSB as LBFGSB, LBFGSBState as LBFGSBState
 from ._minimize.linesearch import (
@@ -123,6 +127,7 @@ from ._minimize.linesearch import (
     LineSearchResult as LineSearchResult,
 )
 from ._minimize.minimize import minimize as minimize
+from ._minimize.newton_cg import NewtonCG as NewtonCG, NewtonCGState as NewtonCGState
 from ._minimize.solution import RESULTS as RESULTS, Solution as Solution
 from ._minimize.zoom import Zoom as Zoom, ZoomState as ZoomState
 from ._parameter_free.cocob import COCOB as COCOB, COCOBState as COCOBState

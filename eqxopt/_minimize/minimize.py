@@ -31,6 +31,7 @@ from .._misc import (
     strong,
     tree_map,
 )
+from .constrained import AugmentedLagrangian, Constraints
 from .lbfgsb import LBFGSB
 from .linesearch import (
     AbstractLineSearchOptimizer,
@@ -40,6 +41,7 @@ from .linesearch import (
     select,
 )
 from .loop import loops, Progress as _Progress, while_loop
+from .newton_cg import NewtonCG
 from .solution import RESULTS, Solution, succeeded
 
 
@@ -264,6 +266,12 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
         fixed = _at_fixed_point(optimizer, (y, state), (carry.y, carry.state))
         no_decrease = select(fixed, carry.no_decrease + 1, 0)
         stalled = no_decrease >= _MAX_NO_DECREASE
+    elif isinstance(optimizer, NewtonCG):
+        # A rejected trial step leaves `y` and shrinks the trust region: not a step
+        # without decrease; the optimizer says when it can no longer move `y`.
+        failed = evaluation.failed
+        no_decrease = carry.no_decrease
+        stalled = evaluation.stalled
     else:
         failed = evaluation.failed
         # The optimizer says when its line search failed below the resolution of y;
@@ -342,6 +350,14 @@ def _gradient_measure(g, y, bounds):
     )
 
 
+def _tolerance(tol, dtype):
+    """A tolerance in `dtype`: a constant for a Python number, else (an inner solve's
+    tolerance, traced) a cast."""
+    if isinstance(tol, (int, float)):
+        return np.asarray(tol, dtype)
+    return cast(tol, dtype)
+
+
 def _check(f, g, y, bounds, options):
     """`(converged, finite)` at `y`: `max|g| <= atol + rtol |f|` (`g` projected with
     bounds), in at least float32, and whether `f` and every entry of `g` are finite.
@@ -352,7 +368,7 @@ def _check(f, g, y, bounds, options):
     when some entry of `g` is (the maximum propagates NaN)."""
     measure = _gradient_measure(g, y, bounds)
     dtype = compute_dtype(f.dtype, *(real_dtype(x.dtype) for x in _leaves(measure)))
-    atol, rtol = np.asarray(options.atol, dtype), np.asarray(options.rtol, dtype)
+    atol, rtol = _tolerance(options.atol, dtype), _tolerance(options.rtol, dtype)
     tol = lax.add(atol, lax.mul(rtol, cast(lax.abs(f), dtype)))
     size = _max_abs(measure, dtype)
     converged = lax.le(size, tol)
@@ -369,7 +385,12 @@ def _check(f, g, y, bounds, options):
 def _primal(inputs):
     """The solve: `inputs -> (y, residual)`. A global function (implicit_jvp needs
     one); everything it uses comes in through `inputs`."""
-    problem, y0, options = inputs
+    y, residual, _ = _run(*inputs)
+    return y, residual
+
+
+def _run(problem: _Problem, y0, options: _Options):
+    """The solve's loop: `(y, (loss, aux, state, result, stats), grad)`."""
     max_steps = options.max_steps
     (f0, aux0), g0 = problem.value_and_grad(y0, options.has_aux)
     state0 = problem.optimizer.init(y0)
@@ -454,7 +475,9 @@ def _primal(inputs):
         "num_fevals": num_fevals,
         "history": history,
     }
-    return y, (f, aux, carry.state, result, stats)
+    if isinstance(problem.optimizer, NewtonCG):
+        stats["num_hvps"] = carry.state.num_hvps
+    return y, (f, aux, carry.state, result, stats), g
 
 
 @no_type_check
@@ -508,6 +531,32 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
                 ],
             )
         y_dyn = project(y_dyn, *bounds)
+    if isinstance(optimizer, _Constrained):
+        inputs = (fn, optimizer, y_dyn, y_static, args, bounds, options)
+        if adjoint == "implicit":
+            root, (loss, aux, state, result, stats) = optx.internal.implicit_jvp(
+                _constrained_primal,
+                _kkt,
+                inputs,
+                frozenset(),
+                lx.AutoLinearSolver(well_posed=None),
+            )
+        else:
+            root, (loss, aux, state, result, stats) = _constrained_primal(inputs)
+        y, eq, ineq = root
+        refs = _constraint_refs(optimizer.constraints, y_dyn, y_static, args)
+        sol = Solution(
+            value=eqx.combine(y, y_static),
+            loss=loss,
+            aux=aux,
+            state=state,
+            result=result,
+            stats=stats,
+            multipliers={"eq": _unflat(eq, refs[0]), "ineq": _unflat(ineq, refs[1])},
+        )
+        if throw_inside:
+            sol = result.error_if(sol, result != RESULTS.successful)
+        return sol
     problem = _Problem(fn, optimizer, y_static, args, bounds)
     inputs = (problem, y_dyn, options)
     if adjoint == "implicit":
@@ -532,6 +581,324 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
     if throw_inside:
         sol = result.error_if(sol, result != RESULTS.successful)
     return sol
+
+
+class _Constrained(eqx.Module):
+    """`minimize(optimizer=method, constraints=constraints)`, as one input."""
+
+    method: AugmentedLagrangian
+    constraints: Constraints
+
+
+def _constraint_values(con, y, args, name, dtype):
+    """`(values as one vector in dtype, structure)` of a constraint function's
+    output at `y` (`structure`: treedef, shapes and dtypes, or `None` for no
+    constraint). Checked at trace time: a PyTree of real floating-point arrays."""
+    if con is None:
+        return jnp.zeros((0,), dtype), None
+    out = con(y, args)
+    leaves = []
+    for path, leaf in jtu.tree_flatten_with_path(out)[0]:
+        where = f"`constraints.{name}(y, args){jtu.keystr(path)}`"
+        if not eqx.is_array_like(leaf) or isinstance(leaf, bool):
+            raise ValueError(
+                f"eqxopt.minimize: {where} must be a real floating-point array (the "
+                f"constraint returns a PyTree of arrays), got a {type(leaf).__name__}."
+            )
+        leaf = jnp.asarray(leaf)
+        if not jnp.issubdtype(leaf.dtype, jnp.floating):
+            raise ValueError(
+                f"eqxopt.minimize: {where} must be a real floating-point array, got "
+                f"dtype {leaf.dtype}."
+            )
+        leaves.append(leaf)
+    treedef = jtu.tree_structure(out)
+    structure = (treedef, tuple((x.shape, x.dtype) for x in leaves))
+    flat = [lax.convert_element_type(jnp.ravel(x), dtype) for x in leaves]
+    vector = jnp.concatenate(flat) if flat else jnp.zeros((0,), dtype)
+    return vector, structure
+
+
+def _constraint_refs(constraints, y_dyn, y_static, args):
+    """The output structures of the two constraint functions (traced abstractly)."""
+    y = eqx.combine(y_dyn, y_static)
+    out = []
+    for name in ("eq", "ineq"):
+        con = getattr(constraints, name)
+        if con is None:
+            out.append(None)
+        else:
+            shape = jax.eval_shape(lambda y, a: con(y, a), y, args)  # noqa: B023
+            leaves, treedef = jtu.tree_flatten(shape)
+            out.append((treedef, tuple((x.shape, x.dtype) for x in leaves)))
+    return out
+
+
+def _unflat(vector, structure):
+    if structure is None:
+        return None
+    treedef, shapes = structure
+    leaves, start = [], 0
+    for shape, dtype in shapes:
+        size = int(np.prod(shape))
+        leaves.append(vector[start : start + size].reshape(shape).astype(dtype))
+        start += size
+    return jtu.tree_unflatten(treedef, leaves)
+
+
+class _AugmentedLoss(eqx.Module):
+    """The augmented Lagrangian as a loss for the inner solve: `(y, (args, lam, mu,
+    rho)) -> (L, (f, aux, eq, ineq))`. `refs`: the constraints' output structures at
+    `y0` (static: a call that returns another structure raises)."""
+
+    fn: Callable
+    constraints: Constraints
+    has_aux: bool = eqx.field(static=True)
+    refs: Any = eqx.field(static=True)
+
+    def evaluate(self, y, args):
+        f, aux = _split(self.fn, self.has_aux)(y, args)
+        values = []
+        refs = (None, None) if self.refs is None else self.refs
+        for name, ref in zip(("eq", "ineq"), refs):
+            con = getattr(self.constraints, name)
+            vector, structure = _constraint_values(con, y, args, name, f.dtype)
+            if self.refs is not None and structure != ref:
+                raise ValueError(
+                    f"eqxopt.minimize: `constraints.{name}` returned outputs of "
+                    f"different structures or shapes across calls: {structure} here, "
+                    f"{ref} at `y0`. A constraint must return arrays of fixed shapes."
+                )
+            values.append(vector)
+        return f, aux, values[0], values[1]
+
+    def __call__(self, y, args):
+        args, lam, mu, rho = args
+        f, aux, h, c = self.evaluate(y, args)
+        # f - lam.h + rho/2 |h|^2 + rho/2 sum(max(0, mu/rho - c)^2 - (mu/rho)^2): the
+        # PHR function less its constant, so that it equals f where h = 0, mu c = 0.
+        shifted = jnp.maximum(mu / rho - c, 0)
+        penalty = (rho / 2) * (
+            jnp.sum(jnp.square(h - lam / rho) - jnp.square(lam / rho))
+            + jnp.sum(jnp.square(shifted) - jnp.square(mu / rho))
+        )
+        return f + penalty, (f, aux, h, c)
+
+
+def _inf_norm(x):
+    return jnp.max(jnp.abs(x), initial=0)
+
+
+def _violation(h, c):
+    """`max(|eq|_inf, max(-ineq, 0))`."""
+    return jnp.maximum(_inf_norm(h), jnp.max(-c, initial=0))
+
+
+class _Outer(eqx.Module):
+    """The carry of the augmented Lagrangian's outer loop."""
+
+    k: Int32[Array, ""]
+    y: PyTree
+    lam: Array
+    mu: Array
+    rho: Array
+    tol: Array
+    prev_measure: Array
+    prev_violation: Array
+    f: Array
+    aux: Any
+    h: Array
+    c: Array
+    state: Any
+    num_fevals: Int32[Array, ""]
+    converged: Bool[Array, ""]
+    finite: Bool[Array, ""]
+    infeasible: Bool[Array, ""]
+    stuck: Bool[Array, ""]
+
+
+@no_type_check
+def _constrained_primal(inputs):
+    """The augmented Lagrangian solve: `inputs -> ((y, eq multipliers, ineq
+    multipliers), (loss, aux, state, result, stats))`."""
+    fn, constrained, y0, y_static, args, bounds, options = inputs
+    method, constraints = constrained.method, constrained.constraints
+    inner = LBFGSB() if method.inner is None else method.inner
+    refs = []
+    y_full = eqx.combine(y0, y_static)
+    f0, aux0 = _split(fn, options.has_aux)(y_full, args)
+    dtype = f0.dtype
+    values0 = []
+    for name in ("eq", "ineq"):
+        con = getattr(constraints, name)
+        vector, structure = _constraint_values(con, y_full, args, name, dtype)
+        values0.append(vector)
+        refs.append(structure)
+    h0, c0 = values0
+    loss = _AugmentedLoss(fn, constraints, options.has_aux, tuple(refs))
+    scalar = lambda v: jnp.asarray(v, dtype)
+    atol = scalar(options.atol)
+    tau, gamma = scalar(method.decrease), scalar(method.penalty_factor)
+    cap, bound = scalar(method.max_penalty), scalar(method.multiplier_bound)
+    squares = 0.5 * jnp.sum(jnp.square(h0)) + 0.5 * jnp.sum(
+        jnp.square(jnp.maximum(-c0, 0))
+    )
+    rho0 = jnp.clip(
+        10 * jnp.maximum(1, jnp.abs(f0)) / jnp.maximum(1, squares), 1e-8, 1e8
+    )
+    rho0 = jnp.minimum(rho0, cap)
+    inf = scalar(jnp.inf)
+    false = jnp.zeros((), bool)
+    init = _Outer(
+        k=jnp.zeros((), jnp.int32),
+        y=y0,
+        lam=jnp.zeros_like(h0),
+        mu=jnp.zeros_like(c0),
+        rho=rho0,
+        tol=jnp.maximum(atol, scalar(method.initial_tolerance)),
+        prev_measure=inf,
+        prev_violation=inf,
+        f=f0,
+        aux=aux0,
+        h=h0,
+        c=c0,
+        state=inner.init(y0),
+        num_fevals=jnp.ones((), jnp.int32),
+        converged=false,
+        finite=jnp.isfinite(f0) & jnp.all(jnp.isfinite(h0)) & jnp.all(jnp.isfinite(c0)),
+        infeasible=false,
+        stuck=false,
+    )
+    max_steps = options.max_steps
+
+    def cond(carry):
+        c, _ = carry
+        return ~c.converged & c.finite & ~c.infeasible & ~c.stuck
+
+    def body(carry):
+        o, history = carry
+        history = history.at[o.k].set(o.f)
+        lam_bar = jnp.clip(o.lam, -bound, bound)
+        mu_bar = jnp.clip(o.mu, 0, bound)
+        multipliers = (args, lam_bar, mu_bar, o.rho)
+        problem = _Problem(loss, inner, y_static, multipliers, bounds)
+        inner_options = _Options(
+            method.inner_max_steps,
+            options.rtol,
+            o.tol,
+            True,
+            False,
+            options.differentiable,
+        )
+        y, (_, (f, aux, h, c), state, result, stats), _ = _run(
+            problem, o.y, inner_options
+        )
+        lam = lam_bar - o.rho * h
+        mu = jnp.maximum(mu_bar - o.rho * c, 0)
+        violation = _violation(h, c)
+        measure = jnp.maximum(_inf_norm(h), _inf_norm(jnp.minimum(c, mu_bar / o.rho)))
+        complementarity = _inf_norm(jnp.minimum(c, mu))
+        keep = (o.k == 0) | (measure <= tau * o.prev_measure)
+        rho = jnp.where(keep, o.rho, jnp.minimum(gamma * o.rho, cap))
+        infeasible = (
+            (o.rho >= cap) & (violation > atol) & ~(violation <= tau * o.prev_violation)
+        )
+        at_target = o.tol <= atol
+        feasible = (violation <= atol) & (complementarity <= atol)
+        converged = at_target & (result == RESULTS.successful) & feasible
+        finite = (
+            (result != RESULTS.nonfinite)
+            & jnp.all(jnp.isfinite(lam))
+            & (jnp.all(jnp.isfinite(mu)))
+        )
+        # The inner solve can no longer decrease the loss at the final tolerance,
+        # with the constraints satisfied: the limit of precision.
+        stuck = (
+            at_target
+            & feasible
+            & (
+                (result == RESULTS.precision_limit)
+                | (result == RESULTS.linesearch_failed)
+            )
+        )
+        tol = jnp.where(violation <= atol, atol, jnp.maximum(atol, 0.1 * o.tol))
+        new = _Outer(
+            k=o.k + 1,
+            y=y,
+            lam=lam,
+            mu=mu,
+            rho=rho,
+            tol=tol,
+            prev_measure=measure,
+            prev_violation=violation,
+            f=f,
+            aux=aux,
+            h=h,
+            c=c,
+            state=state,
+            num_fevals=o.num_fevals + stats["num_fevals"],
+            converged=converged,
+            finite=finite,
+            infeasible=infeasible,
+            stuck=stuck,
+        )
+        return new, history
+
+    history = jnp.full((max_steps,), jnp.nan, dtype)
+    if max_steps > 0:
+        with loops(options.differentiable):
+            out, history = while_loop(
+                cond,
+                body,
+                (init, history),
+                max_steps=max_steps,
+                buffers=lambda c: c[1],
+            )
+    else:
+        out = init
+    R = RESULTS
+    result = R.where(
+        out.converged,
+        R.successful,
+        R.where(
+            ~out.finite,
+            R.nonfinite,
+            R.where(
+                out.infeasible,
+                R.infeasible,
+                R.where(out.stuck, R.precision_limit, R.max_steps_reached),
+            ),
+        ),
+    )
+    stats = {
+        "num_steps": out.k,
+        "num_fevals": out.num_fevals,
+        "num_cevals": out.num_fevals,
+        "history": history,
+        "max_violation": _violation(out.h, out.c),
+    }
+    root = (out.y, out.lam, out.mu)
+    return root, (out.f, out.aux, out.state, result, stats)
+
+
+@no_type_check
+def _kkt(root, residual, inputs):
+    """The KKT conditions, for the implicit adjoint: the projected gradient of the
+    Lagrangian (with bounds), the equality constraints, and `min(ineq, mu)` (active
+    inequalities hold with equality, inactive ones have `mu = 0`)."""
+    fn, constrained, _, y_static, args, bounds, options = inputs
+    y, lam, mu = root
+    loss = _AugmentedLoss(fn, constrained.constraints, options.has_aux, None)
+
+    def lagrangian(y):
+        f, _, h, c = loss.evaluate(eqx.combine(y, y_static), args)
+        return f - jnp.sum(lam * h) - jnp.sum(mu * c)
+
+    grad = eqx.filter_grad(lagrangian)(y)
+    if bounds is not None:
+        grad = _gradient_measure(grad, y, bounds)
+    _, _, h, c = loss.evaluate(eqx.combine(y, y_static), args)
+    return grad, h, jnp.minimum(c, mu)
 
 
 def _jit_body(dynamic, static, *rest):
@@ -637,7 +1004,7 @@ def _check_y0(y0):
 
 def minimize(
     fn: Callable[[PyTree, Any], Any],
-    optimizer: AbstractOptimizer,
+    optimizer: AbstractOptimizer | AugmentedLagrangian,
     y0: PyTree,
     args: PyTree = None,
     *,
@@ -649,6 +1016,7 @@ def minimize(
     progress: bool = False,
     adjoint: str = "unrolled",
     bounds: tuple[Any, Any] | None = None,
+    constraints: Constraints | None = None,
 ) -> Solution:
     r"""Minimize `fn(y, args)` over `y`, starting from `y0`, with any eqxopt optimizer.
 
@@ -711,6 +1079,13 @@ def minimize(
         `lower > upper` or a NaN bound raises a `ValueError` naming the leaf (for
         traced bounds, under `vmap` or `jit`, with `throw=True`: an error when the
         solve runs).
+    - `constraints`: `None`, or an [`eqxopt.Constraints`][]`(eq=..., ineq=...)`
+        (`eq(y, args) == 0`, `ineq(y, args) >= 0`), solved with `optimizer=`
+        [`eqxopt.AugmentedLagrangian`][]`()` (any other optimizer raises a
+        `ValueError` naming it); the bounds stay in its inner solver. The
+        `Solution` then has `multipliers`, and `stats` adds `max_violation` and
+        `num_cevals`; steps are outer iterations, and a problem whose violation
+        stalls at the penalty cap ends with `RESULTS.infeasible`.
     - `adjoint`: how derivatives of the solution with respect to `args` (and `y0`)
         are computed: `"unrolled"` (default) differentiates through the
         checkpointed loop, the line searches included; `"implicit"` uses the implicit
@@ -745,7 +1120,23 @@ def minimize(
         assert sol.result == eqxopt.RESULTS.successful and jnp.allclose(sol.value, 1.0)
         ```
     """
-    if not isinstance(optimizer, AbstractOptimizer):
+    if constraints is not None and not isinstance(optimizer, AugmentedLagrangian):
+        raise ValueError(
+            "eqxopt.minimize: `constraints` are solved by "
+            "`eqxopt.AugmentedLagrangian()` (pass it as the optimizer; its `inner=` "
+            f"solver handles the bounds), not by {type(optimizer).__name__}."
+        )
+    if constraints is not None and not isinstance(constraints, Constraints):
+        raise ValueError(
+            "eqxopt.minimize: `constraints` must be an `eqxopt.Constraints(eq=..., "
+            f"ineq=...)`, got {type(constraints).__name__}."
+        )
+    solver: Any = optimizer
+    if isinstance(optimizer, AugmentedLagrangian):
+        if constraints is None:
+            constraints = Constraints()
+        solver = _Constrained(optimizer, constraints)
+    elif not isinstance(optimizer, AbstractOptimizer):
         raise ValueError(
             "eqxopt.minimize: `optimizer` must be an eqxopt optimizer (an "
             f"`eqxopt.AbstractOptimizer`), got {type(optimizer).__name__}; wrap an "
@@ -768,9 +1159,22 @@ def minimize(
         if not float(tol) >= 0:
             raise ValueError(f"eqxopt.minimize: `{name}` must be >= 0, got {tol}.")
     _check_y0(y0)
+    if isinstance(solver, _Constrained) and any(
+        jnp.iscomplexobj(x) for x in _leaves(y0)
+    ):
+        raise ValueError(
+            "eqxopt.minimize: `AugmentedLagrangian` takes real `y0` only (constraints "
+            "are real); split complex leaves into real and imaginary parts."
+        )
+    if bounds is not None and isinstance(solver, NewtonCG):
+        raise ValueError(
+            "eqxopt.minimize: `NewtonCG` takes no `bounds` (its trust region is a "
+            "ball around the point, not a box); use `eqxopt.LBFGSB()` for box "
+            "constraints."
+        )
     if bounds is not None:  # validate here, where concrete bounds can be checked
         check_bounds(bounds, eqx.filter(y0, is_param))
     options = _Options(
         int(max_steps), float(rtol), float(atol), bool(has_aux), bool(progress)
     )
-    return _minimize(fn, optimizer, y0, args, bounds, options, bool(throw), adjoint)
+    return _minimize(fn, solver, y0, args, bounds, options, bool(throw), adjoint)

@@ -68,6 +68,14 @@ class RESULTS(eqx.Enumeration):
         "`rtol`/`atol`, enable float64, or rescale the problem (its loss or its "
         "variables)."
     )
+    infeasible = (
+        "eqxopt.minimize: `RESULTS.infeasible`: the constraint violation stopped "
+        "decreasing while the augmented Lagrangian's penalty was at its cap "
+        "(`AugmentedLagrangian(max_penalty=...)`): the constraints (with the bounds) "
+        "probably have no feasible point. Check them; from another `y0` a local "
+        "solver may find one; if they are feasible but badly scaled, rescale them or "
+        "raise `max_penalty`."
+    )
 
 
 # Results print as `eqxopt.RESULTS<message>` (equinox's form), and every message but
@@ -81,7 +89,7 @@ def succeeded(item) -> bool:
 
 
 class Solution(eqx.Module):
-    """The result of [`eqxopt.minimize`][].
+    r"""The result of [`eqxopt.minimize`][].
 
     **Attributes:**
 
@@ -90,7 +98,8 @@ class Solution(eqx.Module):
     - `aux`: the auxiliary output of `fn` at `value` (`None` without `has_aux`).
     - `state`: the optimizer's final state.
     - `result`: an [`eqxopt.RESULTS`][] item: `successful`, `max_steps_reached`,
-        `nonfinite`, `linesearch_failed` or `precision_limit`; `print(sol.result)`
+        `nonfinite`, `linesearch_failed`, `precision_limit` or (with constraints)
+        `infeasible`; `print(sol.result)`
         shows its message, which names it.
     - `stats`: a dict with `num_steps` (updates applied, int32), `num_fevals` (calls
         of `fn`; value and gradient together count once; int32) and `history` (length
@@ -99,7 +108,16 @@ class Solution(eqx.Module):
         searches of [`eqxopt.LBFGS`][] and [`eqxopt.LBFGSB`][], not those an
         optimizer makes itself through `value_fn=`, `obj_fn=` or `grad_fn=` (Sophia's
         Hessian estimates, SAM's opaque mode, a line search inside a `Chain`, Optax's
-        L-BFGS through `from_optax`).
+        L-BFGS through `from_optax`). With [`eqxopt.NewtonCG`][]: `num_hvps`
+        (Hessian-vector products; each calls `fn` once more). With constraints
+        ([`eqxopt.AugmentedLagrangian`][]): steps are outer iterations, `num_cevals`
+        counts the evaluations of the constraints (`eq` and `ineq` together once),
+        and `max_violation` is `max(|eq|_inf, max(-ineq, 0))` at `value`.
+    - `multipliers`: with constraints, `{"eq": ..., "ineq": ...}`, the Lagrange
+        multipliers at `value`, each of its constraint's output structure (`None` for
+        a kind with no constraint), in SciPy's sign convention: $\nabla f =
+        J_{eq}^\top \lambda + J_{ineq}^\top \mu$ with $\mu \ge 0$. `None` without
+        constraints.
     - `residuals`: from [`eqxopt.least_squares`][] only (else `None`): the residuals
         at `value`, as `fn` returns them.
     - `jac`: from [`eqxopt.least_squares`][] only: the Jacobian of the residuals at
@@ -134,3 +152,4 @@ class Solution(eqx.Module):
     stats: dict[str, PyTree[ArrayLike]]
     residuals: PyTree[Array] | None = None
     jac: Array | None = None
+    multipliers: dict[str, PyTree[Array] | None] | None = None
