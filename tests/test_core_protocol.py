@@ -195,3 +195,15 @@ def test_write_after_leaves_every_value_bit_for_bit():
         )
     z = jax.lax.complex(x, -x)
     assert np.array_equal(np.asarray(write_after(z, x)), np.asarray(z), equal_nan=True)
+
+
+def test_a_refused_init_leaves_no_trace_for_the_next_optimizer():
+    # `init` refusing complex params must not leave its call on the stack that tells a
+    # `super().init(...)` from a first call: an optimizer built later (which may reuse
+    # the refused one's `id`) must still refuse them.
+    params = {"w": jnp.ones((3, 3), jnp.complex64)}
+    for _ in range(3):
+        opt = eqxopt.Shampoo(1e-3)
+        with pytest.raises(ValueError, match="takes real params only"):
+            opt.init(params)
+        del opt

@@ -424,9 +424,9 @@ def _checked(method: str, fn):
         def checked_init(self, params):
             if not _enter(self):
                 return fn(self, params)
-            if self._real_params_only:
-                _check_real(self, params)
             try:
+                if self._real_params_only:
+                    _check_real(self, params)
                 state = fn(self, params)
             finally:
                 _stack().pop()
