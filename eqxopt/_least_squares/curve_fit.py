@@ -52,63 +52,62 @@ def curve_fit(
     **least_squares_options: Any,
 ) -> tuple[PyTree, Array]:
     r"""Fit `f(xdata, params)` to `ydata` by least squares: SciPy's `curve_fit`, on
-        [`eqxopt.least_squares`][], under `jit` and `vmap` (many fits at once).
+    [`eqxopt.least_squares`][], under `jit` and `vmap` (many fits at once).
 
-        Minimizes $\sum_i ((f(x, p)_i - y_i) / \sigma_i)^2$ (with a 2-D `sigma`, the
-        covariance of `ydata`: $r^T \Sigma^{-1} r$, through its Cholesky factor, as
-        SciPy). One difference from SciPy: `f` takes the params as one PyTree of `p0`'s
-        structure (`f(xdata, params)`), not as `*params`.
+    Minimizes $\sum_i ((f(x, p)_i - y_i) / \sigma_i)^2$ (with a 2-D `sigma`, the
+    covariance of `ydata`: $r^T \Sigma^{-1} r$, through its Cholesky factor, as
+    SciPy). One difference from SciPy: `f` takes the params as one PyTree of `p0`'s
+    structure (`f(xdata, params)`), not as `*params`.
 
-        The covariance of the estimate is SciPy's: `pcov = (J^T J)^+` at the optimum
-        (through an SVD, singular values below `eps * max(J.shape) * s[0]` dropped),
-        multiplied by the reduced chi-square `sum(r**2) / (len(ydata) - len(p))` unless
-        `absolute_sigma` (then `sigma` are absolute errors). Where the Jacobian is
-        rank-deficient (or `len(ydata) <= len(p)` without `absolute_sigma`) every entry
-        of `pcov` is `inf`, as SciPy's `lm`. `pcov` is over `ravel_pytree(p0)`'s order;
-        `sqrt(diag(pcov))` are the standard errors.
+    The covariance of the estimate is SciPy's: `pcov = (J^T J)^+` at the optimum
+    (through an SVD, singular values below `eps * max(J.shape) * s[0]` dropped),
+    multiplied by the reduced chi-square `sum(r**2) / (len(ydata) - len(p))` unless
+    `absolute_sigma` (then `sigma` are absolute errors). Where the Jacobian is
+    rank-deficient (or `len(ydata) <= len(p)` without `absolute_sigma`) every entry
+    of `pcov` is `inf`, as SciPy's `lm`. `pcov` is over `ravel_pytree(p0)`'s order;
+    `sqrt(diag(pcov))` are the standard errors.
 
-        **Arguments:**
+    **Arguments:**
 
-        - `f`: the model, `f(xdata, params) -> predictions` (an array of `ydata`'s
-            size).
-        - `xdata`: the independent variable(s): any PyTree, passed to `f` unchanged.
-        - `ydata`: the data, an array.
-        - `p0`: the initial params, any PyTree (keyword-less: required, unlike SciPy's
-            default of ones, since its structure defines the params).
-        - `sigma`: `None`, the standard deviations of `ydata` (scalar or 1-D, weights
-            `1/sigma`), or its 2-D covariance matrix.
-        - `absolute_sigma`: whether `sigma` is absolute (`pcov` unscaled).
-        - `bounds`: `(lower, upper)` prefixes of `p0`, as in
-            [`eqxopt.least_squares`][].
-        - `solver`: `None` (`eqxopt.TrustRegionReflective()`) or a solver of
-            [`eqxopt.least_squares`][]. Its `jac` must not be `"matrix-free"`
-            (`pcov` needs the Jacobian).
-        - `**least_squares_options`: passed to [`eqxopt.least_squares`][] (`ftol`,
-            `xtol`, `gtol`, `max_steps`, `throw`, `adjoint`, ...).
+    - `f`: the model, `f(xdata, params) -> predictions` (an array of `ydata`'s
+        size).
+    - `xdata`: the independent variable(s): any PyTree, passed to `f` unchanged.
+    - `ydata`: the data, an array.
+    - `p0`: the initial params, any PyTree (keyword-less: required, unlike SciPy's
+        default of ones, since its structure defines the params).
+    - `sigma`: `None`, the standard deviations of `ydata` (scalar or 1-D, weights
+        `1/sigma`), or its 2-D covariance matrix.
+    - `absolute_sigma`: whether `sigma` is absolute (`pcov` unscaled).
+    - `bounds`: `(lower, upper)` prefixes of `p0`, as in
+        [`eqxopt.least_squares`][].
+    - `solver`: `None` (`eqxopt.TrustRegionReflective()`) or a solver of
+        [`eqxopt.least_squares`][]. Its `jac` must not be `"matrix-free"`
+        (`pcov` needs the Jacobian).
+    - `**least_squares_options`: passed to [`eqxopt.least_squares`][] (`ftol`,
+        `xtol`, `gtol`, `max_steps`, `throw`, `adjoint`, ...).
 
-        **Returns:**
+    **Returns:**
 
-        `(popt, pcov)`: the fitted params (a PyTree of `p0`'s structure) and their
-        covariance (an `(n, n)` array).
+    `(popt, pcov)`: the fitted params (a PyTree of `p0`'s structure) and their
+    covariance (an `(n, n)` array).
 
-        !!! Example
+    !!! Example
 
-            ```python
-            import jax.numpy as jnp
-    import jax.tree_util as jtu
+        ```python
+        import jax.numpy as jnp
 
-            import eqxopt
-
-
-            def model(t, p):
-                return p["a"] * jnp.exp(-p["k"] * t)
+        import eqxopt
 
 
-            t = jnp.linspace(0.0, 4.0, 50)
-            y = model(t, {"a": 2.0, "k": 0.7}) + 0.01 * jnp.sin(40 * t)
-            popt, pcov = eqxopt.curve_fit(model, t, y, {"a": 1.0, "k": 1.0})
-            errors = jnp.sqrt(jnp.diag(pcov))  # standard errors of (a, k)
-            ```
+        def model(t, p):
+            return p["a"] * jnp.exp(-p["k"] * t)
+
+
+        t = jnp.linspace(0.0, 4.0, 50)
+        y = model(t, {"a": 2.0, "k": 0.7}) + 0.01 * jnp.sin(40 * t)
+        popt, pcov = eqxopt.curve_fit(model, t, y, {"a": 1.0, "k": 1.0})
+        errors = jnp.sqrt(jnp.diag(pcov))  # standard errors of (a, k)
+        ```
     """
     if getattr(solver, "jac", None) == "matrix-free":
         raise ValueError(

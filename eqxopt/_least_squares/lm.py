@@ -121,6 +121,24 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
     the largest cosine between $r$ and a column of $J$. Bounds raise a
     `ValueError` (use [`eqxopt.TrustRegionReflective`][]).
 
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        def rosenbrock(y, args):
+            return jnp.stack([10 * (y[1] - y[0] ** 2), 1 - y[0]])
+
+
+        sol = eqxopt.least_squares(
+            rosenbrock, eqxopt.LevenbergMarquardt(), jnp.array([-1.2, 1.0])
+        )
+        assert jnp.allclose(sol.value, 1.0, atol=1e-6)
+        ```
+
     ??? cite "References"
 
         ```bibtex

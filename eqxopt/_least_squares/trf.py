@@ -60,6 +60,32 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
     relative reduction with a ratio above 1/4, `xtol` on $|\Delta x| < x_{tol}
     (x_{tol} + |x|)$.
 
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+
+        t = jnp.linspace(0.0, 4.0, 40)
+        y = 2.0 * jnp.exp(-0.7 * t)
+
+
+        def residuals(p, args):
+            return p["a"] * jnp.exp(-p["k"] * t) - y
+
+
+        # The rate k is kept non-negative by a bound.
+        sol = eqxopt.least_squares(
+            residuals,
+            eqxopt.TrustRegionReflective(),
+            {"a": jnp.array(1.0), "k": jnp.array(1.0)},
+            bounds=({"a": -jnp.inf, "k": 0.0}, jnp.inf),
+        )
+        assert jnp.allclose(sol.value["k"], 0.7, atol=1e-4)
+        ```
+
     ??? cite "References"
 
         ```bibtex
