@@ -151,33 +151,35 @@ def tree_map(f: Callable, tree, *rest, names: Sequence[str] | None = None):
         filled.append(other)
 
     # Trees that mirror the params leaf for leaf must match them in shape too.
-    mirrors = [
+    mirrors = tuple(
         i for i, name in enumerate(names[1:]) if name.startswith(("params", "state."))
-    ]
+    )
+    apply = ft.partial(_apply_leaf, f, tuple(names), mirrors)
+    return jtu.tree_map_with_path(apply, tree, *filled, is_leaf=is_none)
 
-    def _apply(path, x, *xs):
-        if not is_param(x):
-            return None
-        for i in mirrors:
-            y = xs[i]
-            if names[i + 1] == "params" and eqx.is_array(y) and not is_param(y):
-                where = jtu.keystr(path)
-                raise ValueError(
-                    f"eqxopt: `{names[0]}{where}` is a {x.dtype} gradient, but "
-                    f"`params{where}` is {y.dtype}: only floating-point and complex "
-                    "leaves are optimised, so its gradient must be None (as "
-                    "`eqx.filter_grad` gives), or the param a floating-point array."
-                )
-            if is_param(y) and y.shape != x.shape:
-                where = jtu.keystr(path)
-                raise ValueError(
-                    f"eqxopt: `{names[0]}{where}` has shape {x.shape}, but "
-                    f"`{names[i + 1]}{where}` has shape {y.shape}. Pass grads of the "
-                    "params' shapes (the params the state was initialised with)."
-                )
-        return f(x, *xs)
 
-    return jtu.tree_map_with_path(_apply, tree, *filled, is_leaf=is_none)
+def _apply_leaf(f, names, mirrors, path, x, *xs):
+    """`tree_map`'s work at one leaf (module level: built once, not once per call)."""
+    if not is_param(x):
+        return None
+    for i in mirrors:
+        y = xs[i]
+        if names[i + 1] == "params" and eqx.is_array(y) and not is_param(y):
+            where = jtu.keystr(path)
+            raise ValueError(
+                f"eqxopt: `{names[0]}{where}` is a {x.dtype} gradient, but "
+                f"`params{where}` is {y.dtype}: only floating-point and complex "
+                "leaves are optimised, so its gradient must be None (as "
+                "`eqx.filter_grad` gives), or the param a floating-point array."
+            )
+        if is_param(y) and y.shape != x.shape:
+            where = jtu.keystr(path)
+            raise ValueError(
+                f"eqxopt: `{names[0]}{where}` has shape {x.shape}, but "
+                f"`{names[i + 1]}{where}` has shape {y.shape}. Pass grads of the "
+                "params' shapes (the params the state was initialised with)."
+            )
+    return f(x, *xs)
 
 
 def only_params(tree):
@@ -293,19 +295,20 @@ def out_dtype(grad: Array, param: Array | None):
     return grad.dtype if param is None else param.dtype
 
 
-def per_dtype(fn):
+class per_dtype:
     """`fn(dtype)`, computed once per dtype and then reused: the scalars of one update
     (cast hyperparameters, bias corrections) are traced once, not once per leaf.
     Create it inside `update` (it holds traced values of that call)."""
-    cache = {}
 
-    def get(dtype):
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.cache = {}
+
+    def __call__(self, dtype):
         key = np.dtype(dtype)
-        if key not in cache:
-            cache[key] = fn(key)
-        return cache[key]
-
-    return get
+        if key not in self.cache:
+            self.cache[key] = self.fn(key)
+        return self.cache[key]
 
 
 def scalar(value: ArrayLike, dtype) -> Array:
