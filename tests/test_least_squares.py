@@ -269,7 +269,13 @@ def test_vmap_lanes_equal_single_solves():
     assert (batched.result == eqxopt.RESULTS.successful)[0]
 
 
-def test_implicit_derivative_of_a_linear_fit_is_the_normal_equations():
+@pytest.mark.parametrize("adjoint", ["implicit", "unrolled"])
+@pytest.mark.parametrize(
+    "solver",
+    [eqxopt.TrustRegionReflective(), eqxopt.LevenbergMarquardt()],
+    ids=["trf", "lm"],
+)
+def test_derivative_of_a_linear_fit_is_the_normal_equations(solver, adjoint):
     t = jnp.linspace(0.0, 1.0, 10)
     A = jnp.stack([jnp.ones_like(t), t, t**2], 1)
 
@@ -277,12 +283,60 @@ def test_implicit_derivative_of_a_linear_fit_is_the_normal_equations():
         return A @ y - data
 
     def fit(data):
-        return eqxopt.least_squares(fn, None, jnp.zeros(3), data).value
+        return eqxopt.least_squares(
+            fn, solver, jnp.zeros(3), data, adjoint=adjoint
+        ).value
 
     data = jnp.sin(3 * t)
     expected = jnp.linalg.solve(A.T @ A, A.T)
     np.testing.assert_allclose(jax.jacrev(fit)(data), expected, atol=1e-9)
-    np.testing.assert_allclose(jax.jacfwd(fit)(data), expected, atol=1e-9)
+    if adjoint == "implicit":  # the unrolled loop is reverse-mode only
+        np.testing.assert_allclose(jax.jacfwd(fit)(data), expected, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "solver, bounds",
+    [
+        (eqxopt.TrustRegionReflective(), None),
+        (eqxopt.TrustRegionReflective(), ((0.0, 0.0, -1.0), (10.0, 10.0, 1.0))),
+        (eqxopt.LevenbergMarquardt(), None),
+    ],
+    ids=["trf", "trf-bounds", "lm"],
+)
+def test_unrolled_derivative_of_a_nonlinear_fit_matches_finite_differences(
+    solver, bounds
+):
+    t = jnp.linspace(0.0, 3.0, 15)
+
+    def fn(y, data):
+        return y[0] * jnp.exp(-y[1] * t) + y[2] - data
+
+    def fit(data, adjoint):
+        lu = (
+            None if bounds is None else (jnp.asarray(bounds[0]), jnp.asarray(bounds[1]))
+        )
+        sol = eqxopt.least_squares(
+            fn, solver, jnp.array([1.0, 1.0, 0.0]), data, bounds=lu, adjoint=adjoint
+        )
+        return sol.value
+
+    data = 2.0 * jnp.exp(-0.7 * t) + 0.3 + 0.01 * jnp.sin(5 * t)
+    unrolled = jax.jacrev(lambda d: fit(d, "unrolled"))(data)
+    assert np.all(np.isfinite(unrolled))
+    # Central differences of the (converged) solution map; h balances truncation
+    # against the solver's tolerances (1e-8 on the step and cost).
+    h = 1e-5
+    eye = jnp.eye(t.size)
+    fd = jnp.stack(
+        [
+            (fit(data + h * e, "implicit") - fit(data - h * e, "implicit")) / (2 * h)
+            for e in eye
+        ],
+        axis=1,
+    )
+    np.testing.assert_allclose(unrolled, fd, rtol=1e-4, atol=1e-5)
+    implicit = jax.jacrev(lambda d: fit(d, "implicit"))(data)
+    np.testing.assert_allclose(unrolled, implicit, rtol=1e-4, atol=1e-6)
 
 
 def _model(x, p):

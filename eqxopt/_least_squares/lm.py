@@ -12,7 +12,14 @@ from jaxtyping import Array
 
 from .._minimize.loop import while_loop
 from .base import AbstractLeastSquaresSolver, Carry, MAX_TRIALS, Options
-from .common import check_solver_options, norm, phi_and_derivative, Problem
+from .common import (
+    check_solver_options,
+    norm,
+    phi_and_derivative,
+    Problem,
+    safe_div,
+    safe_sqrt,
+)
 
 
 # MINPACK's constants: the initial step bound is `_FACTOR |diag * x0|`.
@@ -48,16 +55,16 @@ def lmpar(m, n, uf, s, V, delta, par0):
     fp = dxnorm - delta
     gn = fp <= 0.1 * delta
     _, dphi0 = phi_and_derivative(jnp.zeros_like(delta), suf, s_safe, delta)
-    parl = jnp.where(full, -fp * dxnorm / (delta * dphi0), 0)
+    parl = jnp.where(full, safe_div(-fp * dxnorm, delta * dphi0), 0)
     parl = jnp.where(jnp.isfinite(parl), parl, 0)
     gnorm = norm(suf)
-    paru = gnorm / delta
+    paru = safe_div(gnorm, delta)
     paru = jnp.where(paru == 0, tiny / jnp.minimum(delta, 0.1), paru)
     par = jnp.minimum(jnp.maximum(par0, parl), paru)
-    par = jnp.where(par == 0, gnorm / dxnorm, par)
+    par = jnp.where(par == 0, safe_div(gnorm, dxnorm), par)
 
     def z_of(par):
-        return -V @ (suf / (s**2 + par))
+        return -V @ safe_div(suf, s**2 + par)
 
     def body(it, c):
         par, parl, paru, fp, done = c
@@ -72,7 +79,7 @@ def lmpar(m, n, uf, s, V, delta, par0):
             | (it == 9)
         )
         _, dphi = phi_and_derivative(par, suf, s, delta)
-        parc = -fp_new * dxnorm / (delta * dphi)
+        parc = safe_div(-fp_new * dxnorm, delta * dphi)
         parl_new = jnp.where(fp_new > 0, jnp.maximum(parl, par), parl)
         paru_new = jnp.where(fp_new < 0, jnp.minimum(paru, par), paru)
         par_new = jnp.where(stop, par, jnp.maximum(parl_new, par + parc))
@@ -186,15 +193,19 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
             x_new = x + p
             f_new, aux_new = problem.residuals(x_new)
             fnorm1 = norm(f_new)
-            actred = jnp.where(0.1 * fnorm1 < fnorm, 1 - (fnorm1 / fnorm) ** 2, -1.0)
-            temp1 = norm(J_ @ p) / fnorm
-            temp2 = jnp.sqrt(par) * pnorm / fnorm
+            actred = jnp.where(
+                0.1 * fnorm1 < fnorm, 1 - safe_div(fnorm1, fnorm) ** 2, -1.0
+            )
+            temp1 = safe_div(norm(J_ @ p), fnorm)
+            temp2 = safe_div(safe_sqrt(par) * pnorm, fnorm)
             prered = temp1**2 + temp2**2 / 0.5
             dirder = -(temp1**2 + temp2**2)
             ratio = jnp.where(
                 prered != 0, actred / jnp.where(prered != 0, prered, 1), 0
             )
-            temp = jnp.where(actred >= 0, 0.5, 0.5 * dirder / (dirder + 0.5 * actred))
+            temp = jnp.where(
+                actred >= 0, 0.5, safe_div(0.5 * dirder, dirder + 0.5 * actred)
+            )
             temp = jnp.where((0.1 * fnorm1 >= fnorm) | (temp < 0.1), 0.1, temp)
             poor = ratio <= 0.25
             good = ~poor & ((par == 0) | (ratio >= 0.75))

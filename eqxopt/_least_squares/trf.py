@@ -19,6 +19,8 @@ from .common import (
     make_strictly_feasible,
     norm,
     Problem,
+    safe_div,
+    safe_sqrt,
     select_step,
     solve_lsq_trust_region,
     solve_trust_region_2d,
@@ -142,7 +144,7 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
             Jmv = lambda s: J_h @ s
             if bounded:
                 assert diag_h is not None
-                A = jnp.concatenate([J_h, jnp.diag(jnp.sqrt(diag_h))])
+                A = jnp.concatenate([J_h, jnp.diag(safe_sqrt(diag_h))])
                 rhs = jnp.concatenate([f, jnp.zeros(n, dtype)])
             else:
                 A, rhs = J_h, f
@@ -182,7 +184,7 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
             )
             term = finite & (ftol_ok | xtol_ok)
             go_on = finite & ~term
-            alpha = jnp.where(go_on, alpha * Delta / Delta_new, alpha)
+            alpha = jnp.where(go_on, safe_div(alpha * Delta, Delta_new), alpha)
             Delta = jnp.where(
                 finite, jnp.where(term, Delta, Delta_new), 0.25 * step_h_norm
             )
