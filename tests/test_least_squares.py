@@ -248,6 +248,45 @@ def test_pytree_params_residuals_aux_and_solution_fields():
     np.testing.assert_allclose(mf.value["k"], 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize(
+    "fn, x0",
+    [
+        (rosenbrock, [-1.2, 1.0]),
+        (brown_badly_scaled, [1.0, 1.0]),
+        (beale, [1.0, 1.0]),
+    ],
+    ids=lambda v: getattr(v, "__name__", ""),
+)
+def test_lm_matrix_free_matches_dense(fn, x0):
+    x0 = jnp.asarray(x0)
+    dense = eqxopt.least_squares(fn, eqxopt.LevenbergMarquardt(), x0)
+    mf = eqxopt.least_squares(fn, eqxopt.LevenbergMarquardt(jac="matrix-free"), x0)
+    assert mf.jac is None
+    np.testing.assert_allclose(mf.value, dense.value, rtol=1e-7, atol=1e-9)
+    assert _cost_ok(float(mf.loss), float(dense.loss))
+    # the same MINPACK iteration; CG's inexact steps may cost an evaluation or two
+    assert abs(int(mf.stats["num_fevals"]) - int(dense.stats["num_fevals"])) <= 2
+
+
+def test_lm_matrix_free_pytree_fit():
+    t = jnp.linspace(0.0, 3.0, 15)
+    data = 2.0 * jnp.exp(-0.7 * t) + 0.3 + 0.01 * jnp.sin(5 * t)
+
+    def fn(y, data):
+        return {"r": y["a"] * jnp.exp(-y["k"] * t) + y["c"] - data}
+
+    y0 = {"a": jnp.array(1.0), "k": jnp.array(1.0), "c": jnp.array(0.0)}
+    dense = eqxopt.least_squares(fn, eqxopt.LevenbergMarquardt(), y0, data)
+    solver = eqxopt.LevenbergMarquardt(jac="matrix-free", x_scale=2.0)
+    mf = eqxopt.least_squares(fn, solver, y0, data)
+    for k in y0:
+        np.testing.assert_allclose(mf.value[k], dense.value[k], rtol=1e-7)
+    with pytest.raises(ValueError, match="matrix-free"):
+        eqxopt.LevenbergMarquardt(jac="matrix-free", x_scale="jac")
+    with pytest.raises(ValueError, match="matrix-free"):
+        eqxopt.TrustRegionReflective(jac="matrix-free", x_scale="jac")
+
+
 def test_vmap_lanes_equal_single_solves():
     data = jnp.stack([2.0 * jnp.exp(-k * jnp.asarray(_T)) for k in (0.5, 1.0, 3.0)])
     data = data.at[2, 0].set(jnp.nan)  # a failing lane leaves the others alone

@@ -29,6 +29,11 @@ def check_solver_options(name: str, jac: Any, x_scale: Any) -> None:
             f"'matrix-free', got {jac!r}."
         )
     if isinstance(x_scale, str):
+        if x_scale == "jac" and jac == "matrix-free":
+            raise ValueError(
+                f"`{name}(x_scale='jac')` needs the Jacobian's column norms: it cannot "
+                "be used with `jac='matrix-free'` (as in SciPy); pass numbers."
+            )
         if x_scale != "jac":
             raise ValueError(
                 f"`{name}(x_scale=...)` must be 'jac' or positive numbers, got "
