@@ -72,20 +72,20 @@ class Problem(eqx.Module):
         r = jax.eval_shape(self.fn, x)[0]
         return "fwd" if x.size <= r.size else "rev"
 
-    def jacobian_and_grad(self, x):
-        """`(J, g)` at `x`: the dense Jacobian (`None` when matrix-free) by forward or
-        reverse mode, and the gradient `J^T r` of the cost."""
+    def jacobian_and_grad(self, x, r):
+        """`(J, g)` at `x`, where the residuals are `r` (known: not evaluated again):
+        the dense Jacobian (`None` when matrix-free) by forward or reverse mode, and
+        the gradient `J^T r` of the cost."""
         mode = self._mode(x)
         if mode == "matrix-free":
-            r, vjp, _ = jax.vjp(self.fn, x, has_aux=True)
+            _, vjp, _ = jax.vjp(self.fn, x, has_aux=True)
             (g,) = vjp(r)
             return None, g
         if mode == "fwd":
             J, _ = jax.jacfwd(self.fn, has_aux=True)(x)
         else:
-            r, vjp, _ = jax.vjp(self.fn, x, has_aux=True)
+            _, vjp, _ = jax.vjp(self.fn, x, has_aux=True)
             (J,) = jax.vmap(vjp)(jnp.eye(r.size, dtype=r.dtype))
-        r, _ = self.fn(x)
         return J, J.T @ r
 
     def linearize(self, x):
@@ -198,6 +198,23 @@ def solve_lsq_trust_region(m, n, uf, s, V, Delta, alpha0):
     p = p * safe_div(Delta, norm(p))
     p = jnp.where(gn, p_gn, p)
     return p, jnp.where(gn, 0, alpha)
+
+
+def reduce_tall(J, f):
+    """For a tall `J` (m > 2n): `(R, Q^T f)` from one Householder QR of `[J f]`
+    (only its triangular factor is formed), with `J = Q R`. The least-squares
+    subproblems in `J` are the same in `R` (`|J p + f|^2 = |R p + Q^T f|^2 + const`,
+    the same singular values and right singular vectors, `|J s| = |R s|`), so the SVD
+    and every later product are n x n, and no m x n factor is formed: about 2 m n^2
+    flops where the SVD of `J` costs several times that."""
+    n = J.shape[1]
+    R = jnp.linalg.qr(jnp.concatenate([J, f[:, None]], axis=1), mode="r")
+    return R[:n, :n], R[:n, n]
+
+
+def is_tall(m: int, n: int) -> bool:
+    """Whether `reduce_tall` pays (a static choice, by shape)."""
+    return m > 2 * n
 
 
 def update_tr_radius(Delta, actual, predicted, step_norm, bound_hit):

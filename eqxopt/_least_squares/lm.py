@@ -16,9 +16,11 @@ from .._minimize.loop import while_loop
 from .base import AbstractLeastSquaresSolver, Carry, MAX_TRIALS, Options
 from .common import (
     check_solver_options,
+    is_tall,
     norm,
     phi_and_derivative,
     Problem,
+    reduce_tall,
     safe_div,
     safe_sqrt,
 )
@@ -255,8 +257,11 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
         else:
             if isinstance(self.x_scale, str):
                 diag = jnp.maximum(diag, self._colnorm(J))
-            U, s, Vt = jnp.linalg.svd(J / diag, full_matrices=False)
-            uf = U.T @ f
+            Jd, fd = J / diag, f
+            if is_tall(m, n):
+                Jd, fd = reduce_tall(Jd, f)
+            U, s, Vt = jnp.linalg.svd(Jd, full_matrices=False)
+            uf = U.T @ fd
             V = Vt.T
             J_: Array = J
             Jp = lambda p: J_ @ p
@@ -339,10 +344,10 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
         cost_new, nfev = out[8], out[9]
         pick = lambda new, old: jnp.where(success, new, old)
         x = pick(x_new, x)
-        J_new, g_new = problem.jacobian_and_grad(x)
+        f = pick(f_new, f)
+        J_new, g_new = problem.jacobian_and_grad(x, f)
         J = None if J is None or J_new is None else pick(J_new, J)
         g = pick(g_new, carry.g)
-        f = pick(f_new, f)
         aux = jtu.tree_map(pick, aux_new, carry.aux)
         cost = pick(cost_new, cost)
         gtol_ok = self._gtol_ok(J, f, g, diag, options.gtol)

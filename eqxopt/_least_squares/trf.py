@@ -15,10 +15,12 @@ from .common import (
     check_termination,
     cl_scaling,
     evaluate_quadratic,
+    is_tall,
     jac_scale,
     make_strictly_feasible,
     norm,
     Problem,
+    reduce_tall,
     safe_div,
     safe_sqrt,
     select_step,
@@ -141,13 +143,17 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
             )
         else:
             J_h = J * d
+            if is_tall(m, n):
+                J_h, f_h = reduce_tall(J_h, f)
+            else:
+                f_h = f
             Jmv = lambda s: J_h @ s
             if bounded:
                 assert diag_h is not None
                 A = jnp.concatenate([J_h, jnp.diag(safe_sqrt(diag_h))])
-                rhs = jnp.concatenate([f, jnp.zeros(n, dtype)])
+                rhs = jnp.concatenate([f_h, jnp.zeros(n, dtype)])
             else:
-                A, rhs = J_h, f
+                A, rhs = J_h, f_h
             U, s, Vt = jnp.linalg.svd(A, full_matrices=False)
             uf = U.T @ rhs
             V = Vt.T
@@ -225,8 +231,8 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
         accepted = actual > 0
         pick = lambda new, old: jnp.where(accepted, new, old)
         x = pick(x_new, x)
-        J_new, g_new = problem.jacobian_and_grad(x)
         f = pick(f_new, f)
+        J_new, g_new = problem.jacobian_and_grad(x, f)
         aux = jtu.tree_map(pick, aux_new, carry.aux)
         cost = pick(cost_new, cost)
         J = None if J is None else pick(J_new, J)
