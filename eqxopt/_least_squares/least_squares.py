@@ -19,7 +19,7 @@ from jaxtyping import PyTree
 from .._bounds import broadcast_bounds, check_bounds
 from .._minimize.loop import loops, Progress, while_loop
 from .._minimize.minimize import _CPU_OPTIONS
-from .._minimize.solution import RESULTS, Solution, succeeded
+from .._minimize.solution import error_if_failed, RESULTS, Solution, succeeded
 from .._misc import hashable, is_param
 from .base import AbstractLeastSquaresSolver, Carry, Options
 from .common import make_strictly_feasible, Problem
@@ -266,7 +266,7 @@ def _solve(fn, solver, y0, args, bounds, options, throw_inside, adjoint):
         jac=J,
     )
     if throw_inside:
-        sol = result.error_if(sol, result != RESULTS.successful)
+        sol = error_if_failed(sol, result, "eqxopt.least_squares")
     return sol
 
 
@@ -461,8 +461,5 @@ def least_squares(
     )
     sol = _call(fn, solver, y0, args, bounds, options, throw_inside, adjoint, traced)
     if throw and not traced and not succeeded(sol.result):
-        raise eqx.EquinoxRuntimeError(
-            "eqxopt.least_squares: "
-            + RESULTS[sol.result].replace("eqxopt.minimize: ", "")
-        )
+        raise eqx.EquinoxRuntimeError("eqxopt.least_squares: " + RESULTS[sol.result])
     return sol
