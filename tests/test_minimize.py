@@ -139,8 +139,16 @@ def _nan_after(y, args):
 
 
 def test_throw_names_the_result_and_throw_false_returns_it():
-    with pytest.raises(eqx.EquinoxRuntimeError, match="RESULTS.nonfinite"):
+    with pytest.raises(
+        eqx.EquinoxRuntimeError, match="eqxopt.minimize: `RESULTS.nonfinite`"
+    ):
         eqxopt.minimize(_nan_after, eqxopt.Adam(0.3), jnp.zeros(2))
+    with pytest.raises(
+        eqx.EquinoxRuntimeError, match="eqxopt.minimize: `RESULTS.nonfinite`"
+    ):  # under `jit`, the message names the entry point too
+        eqx.filter_jit(
+            lambda y: eqxopt.minimize(_nan_after, eqxopt.Adam(0.3), y).value
+        )(jnp.zeros(2))
     sol = eqxopt.minimize(_nan_after, eqxopt.Adam(0.3), jnp.zeros(2), throw=False)
     assert sol.result == eqxopt.RESULTS.nonfinite
     assert "nonfinite" in eqxopt.RESULTS[sol.result]

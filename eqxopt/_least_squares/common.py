@@ -29,6 +29,11 @@ def check_solver_options(name: str, jac: Any, x_scale: Any) -> None:
             f"'matrix-free', got {jac!r}."
         )
     if isinstance(x_scale, str):
+        if x_scale == "jac" and jac == "matrix-free":
+            raise ValueError(
+                f"`{name}(x_scale='jac')` needs the Jacobian's column norms: it cannot "
+                "be used with `jac='matrix-free'` (as in SciPy); pass numbers."
+            )
         if x_scale != "jac":
             raise ValueError(
                 f"`{name}(x_scale=...)` must be 'jac' or positive numbers, got "
@@ -67,20 +72,20 @@ class Problem(eqx.Module):
         r = jax.eval_shape(self.fn, x)[0]
         return "fwd" if x.size <= r.size else "rev"
 
-    def jacobian_and_grad(self, x):
-        """`(J, g)` at `x`: the dense Jacobian (`None` when matrix-free) by forward or
-        reverse mode, and the gradient `J^T r` of the cost."""
+    def jacobian_and_grad(self, x, r):
+        """`(J, g)` at `x`, where the residuals are `r` (known: not evaluated again):
+        the dense Jacobian (`None` when matrix-free) by forward or reverse mode, and
+        the gradient `J^T r` of the cost."""
         mode = self._mode(x)
         if mode == "matrix-free":
-            r, vjp, _ = jax.vjp(self.fn, x, has_aux=True)
+            _, vjp, _ = jax.vjp(self.fn, x, has_aux=True)
             (g,) = vjp(r)
             return None, g
         if mode == "fwd":
             J, _ = jax.jacfwd(self.fn, has_aux=True)(x)
         else:
-            r, vjp, _ = jax.vjp(self.fn, x, has_aux=True)
+            _, vjp, _ = jax.vjp(self.fn, x, has_aux=True)
             (J,) = jax.vmap(vjp)(jnp.eye(r.size, dtype=r.dtype))
-        r, _ = self.fn(x)
         return J, J.T @ r
 
     def linearize(self, x):
@@ -103,6 +108,20 @@ def norm(x):
     return jnp.where(positive, jnp.sqrt(jnp.where(positive, sq, 1)), 0)
 
 
+def safe_div(a, b):
+    """`a / b`, and 0 where `b == 0`, with finite derivatives everywhere (the unused
+    branch of a `jnp.where` must not be infinite: its zero cotangent times an infinite
+    derivative is NaN, the double-`where` trick)."""
+    nonzero = b != 0
+    return jnp.where(nonzero, a / jnp.where(nonzero, b, 1), 0)
+
+
+def safe_sqrt(x):
+    """`sqrt(max(x, 0))`, with a zero (not infinite) derivative at 0."""
+    positive = x > 0
+    return jnp.where(positive, jnp.sqrt(jnp.where(positive, x, 1)), 0)
+
+
 def cl_scaling(x, g, lower, upper):
     """Coleman and Li's scaling vector `v` and its derivative's sign `dv`."""
     one = jnp.ones_like(x)
@@ -116,7 +135,7 @@ def cl_scaling(x, g, lower, upper):
 def jac_scale(J, scale_inv_old=None):
     """SciPy's `x_scale='jac'`: the inverse scale is the column norms of `J` (never
     decreasing; zero columns get 1 at the start)."""
-    scale_inv = jnp.sqrt(jnp.sum(J * J, axis=0))
+    scale_inv = safe_sqrt(jnp.sum(J * J, axis=0))
     if scale_inv_old is None:
         scale_inv = jnp.where(scale_inv == 0, 1, scale_inv)
     else:
@@ -128,9 +147,9 @@ def phi_and_derivative(alpha, suf, s, Delta):
     """`phi(alpha) = |p(alpha)| - Delta` and its derivative, for the regularised
     least-squares step `p(alpha)` in the SVD's coordinates."""
     denom = s**2 + alpha
-    p_norm = norm(suf / denom)
+    p_norm = norm(safe_div(suf, denom))
     phi = p_norm - Delta
-    phi_prime = -jnp.sum(suf**2 / denom**3) / p_norm
+    phi_prime = safe_div(-jnp.sum(safe_div(suf**2, denom**3)), p_norm)
     return phi, phi_prime
 
 
@@ -154,10 +173,10 @@ def solve_lsq_trust_region(m, n, uf, s, V, Delta, alpha0):
     s_safe = jnp.where(s > 0, s, 1)
     p_gn = -V @ jnp.where(s > 0, uf / s_safe, 0)
     gn = rank_ok & (norm(p_gn) <= Delta)
-    upper = norm(suf) / Delta
+    upper = safe_div(norm(suf), Delta)
     phi0, dphi0 = phi_and_derivative(jnp.zeros_like(Delta), suf, s_safe, Delta)
-    lower = jnp.where(rank_ok, -phi0 / dphi0, 0)
-    guess = lambda lo, up: jnp.maximum(0.001 * up, jnp.sqrt(lo * up))
+    lower = jnp.where(rank_ok, safe_div(-phi0, dphi0), 0)
+    guess = lambda lo, up: jnp.maximum(0.001 * up, safe_sqrt(lo * up))
     alpha = jnp.where(~rank_ok & (alpha0 == 0), guess(lower, upper), alpha0)
 
     def body(_, c):
@@ -166,19 +185,36 @@ def solve_lsq_trust_region(m, n, uf, s, V, Delta, alpha0):
         a = jnp.where(reset, guess(lower, upper), alpha)
         phi, dphi = phi_and_derivative(a, suf, s, Delta)
         up = jnp.where(phi < 0, a, upper)
-        ratio = phi / dphi
+        ratio = safe_div(phi, dphi)
         lo = jnp.maximum(lower, a - ratio)
-        a = a - (phi + Delta) * ratio / Delta
+        a = a - safe_div((phi + Delta) * ratio, Delta)
         keep = lambda old, new: jnp.where(done, old, new)
         finished = done | (jnp.abs(phi) < rtol * Delta)
         return keep(alpha, a), keep(lower, lo), keep(upper, up), finished
 
     init = (alpha, lower, upper, jnp.zeros((), bool))
     alpha, _, _, _ = lax.fori_loop(0, max_iter, body, init)
-    p = -V @ (suf / (s**2 + alpha))
-    p = p * (Delta / norm(p))
+    p = -V @ safe_div(suf, s**2 + alpha)
+    p = p * safe_div(Delta, norm(p))
     p = jnp.where(gn, p_gn, p)
     return p, jnp.where(gn, 0, alpha)
+
+
+def reduce_tall(J, f):
+    """For a tall `J` (m > 2n): `(R, Q^T f)` from one Householder QR of `[J f]`
+    (only its triangular factor is formed), with `J = Q R`. The least-squares
+    subproblems in `J` are the same in `R` (`|J p + f|^2 = |R p + Q^T f|^2 + const`,
+    the same singular values and right singular vectors, `|J s| = |R s|`), so the SVD
+    and every later product are n x n, and no m x n factor is formed: about 2 m n^2
+    flops where the SVD of `J` costs several times that."""
+    n = J.shape[1]
+    R = jnp.linalg.qr(jnp.concatenate([J, f[:, None]], axis=1), mode="r")
+    return R[:n, :n], R[:n, n]
+
+
+def is_tall(m: int, n: int) -> bool:
+    """Whether `reduce_tall` pays (a static choice, by shape)."""
+    return m > 2 * n
 
 
 def update_tr_radius(Delta, actual, predicted, step_norm, bound_hit):
@@ -246,11 +282,13 @@ def minimize_quadratic_1d(a, b, lb, ub, c: Any = 0.0):
 def step_size_to_bound(x, s, lower, upper):
     """The largest `t` with `x + t s` in the box, and which bounds it hits (`+-1` in
     the direction of `s`, 0 elsewhere)."""
-    nonzero = s != 0
-    safe = jnp.where(nonzero, s, 1)
-    steps = jnp.where(
-        nonzero, jnp.maximum((lower - x) / safe, (upper - x) / safe), jnp.inf
-    )
+    # The bound in the direction of `s` (as SciPy's `max((lb - x) / s, (ub - x) / s)`
+    # with lb <= ub), with no infinite bound in the arithmetic (its derivative would
+    # poison the reverse pass).
+    bound = jnp.where(s > 0, upper, lower)
+    finite = (s != 0) & jnp.isfinite(bound)
+    safe = jnp.where(finite, s, 1)
+    steps = jnp.where(finite, (jnp.where(finite, bound, 0) - x) / safe, jnp.inf)
     t = jnp.min(steps)
     return t, jnp.where(steps == t, jnp.sign(s), 0)
 
@@ -262,7 +300,7 @@ def intersect_trust_region(x, s, Delta):
     a = jnp.where(a == 0, 1, a)
     b = jnp.dot(x, s)
     c = jnp.minimum(jnp.dot(x, x) - Delta**2, 0)
-    d = jnp.sqrt(b * b - a * c)
+    d = safe_sqrt(b * b - a * c)
     q = -(b + jnp.where(b >= 0, d, -d))
     q = jnp.where(q == 0, -jnp.finfo(x.dtype).tiny, q)
     t1, t2 = q / a, c / q
@@ -372,7 +410,7 @@ def solve_trust_region_2d(B, g, Delta):
     p_newton = -Q @ (gq / lam_safe)
     newton = (lam[0] > 0) & (norm(p_newton) <= Delta)
     mu_lo = jnp.maximum(0, -lam[0])
-    mu_hi = mu_lo + norm(g) / Delta + jnp.abs(lam[1]) + jnp.finfo(g.dtype).tiny
+    mu_hi = mu_lo + safe_div(norm(g), Delta) + jnp.abs(lam[1]) + jnp.finfo(g.dtype).tiny
 
     def size(mu):
         return norm(gq / jnp.maximum(lam + mu, jnp.finfo(g.dtype).tiny)) - Delta
@@ -404,7 +442,7 @@ def _subspace_solver(problem, x, d, g_h, diag_h, f):
         g_norm = norm(g_h)
         to_tr = Delta / jnp.where(g_norm > 0, g_norm, 1)
         _, value = minimize_quadratic_1d(a, b, jnp.zeros_like(to_tr), to_tr)
-        reg = -value / Delta**2
+        reg = safe_div(-value, Delta**2)
         op = lx.FunctionLinearOperator(
             lambda v: Jtv(Jmv(v)) + (diag + reg) * v,
             jax.ShapeDtypeStruct((n,), x.dtype),

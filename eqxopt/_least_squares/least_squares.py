@@ -4,6 +4,7 @@ from collections.abc import Callable
 from typing import Any, no_type_check
 
 import equinox as eqx
+import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
@@ -17,8 +18,9 @@ from jaxtyping import PyTree
 
 from .._bounds import broadcast_bounds, check_bounds
 from .._minimize.loop import loops, Progress, while_loop
-from .._minimize.solution import RESULTS, Solution, succeeded
-from .._misc import is_param
+from .._minimize.minimize import _CPU_OPTIONS
+from .._minimize.solution import error_if_failed, RESULTS, Solution, succeeded
+from .._misc import hashable, is_param
 from .base import AbstractLeastSquaresSolver, Carry, Options
 from .common import make_strictly_feasible, Problem
 from .lm import LevenbergMarquardt
@@ -101,7 +103,7 @@ def _primal(inputs):
     problem = _problem(inputs)
     max_steps = options.max_steps
     r0, aux0 = problem.residuals(x0)
-    J0, g0 = problem.jacobian_and_grad(x0)
+    J0, g0 = problem.jacobian_and_grad(x0, r0)
     cost0 = 0.5 * jnp.dot(r0, r0)
     finite0 = jnp.all(jnp.isfinite(r0)) & jnp.all(jnp.isfinite(g0))
     if J0 is not None:
@@ -264,11 +266,44 @@ def _solve(fn, solver, y0, args, bounds, options, throw_inside, adjoint):
         jac=J,
     )
     if throw_inside:
-        sol = result.error_if(sol, result != RESULTS.successful)
+        sol = error_if_failed(sol, result, "eqxopt.least_squares")
     return sol
 
 
-_solve_jit = eqx.filter_jit(_solve)
+def _jit_body(dynamic, static, *rest):
+    """`_solve` on the inputs split by `_call`: as `eqx.filter_jit`, arrays traced,
+    the rest (and the `Solution`'s non-array leaves) static."""
+    treedef, leaves = static
+    leaves = [s if d is None else d for d, s in zip(dynamic, leaves)]
+    fn, solver, y0, args, bounds = jtu.tree_unflatten(treedef, leaves)
+    sol = _solve(fn, solver, y0, args, bounds, *rest)
+    arrays, others = eqx.partition(sol, eqx.is_array)
+    return arrays, eqxi.Static(others)
+
+
+# As `minimize`'s: only a top-level `jax.jit` takes compiler options (the CPU ones
+# that compile this loop of small kernels about twice as fast, benchmarks/README.md);
+# inside an outer trace the solve is traced by the plain one.
+_solve_jit = {
+    "top": jax.jit(
+        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=_CPU_OPTIONS
+    ),
+    "nested": jax.jit(_jit_body, static_argnums=(1, 2, 3, 4)),
+}
+
+
+def _call(fn, solver, y0, args, bounds, options, throw_inside, adjoint, traced):
+    leaves, treedef = jtu.tree_flatten((fn, solver, y0, args, bounds))
+    arrays = [eqx.is_array(x) for x in leaves]
+    dynamic = [x if a else None for x, a in zip(leaves, arrays)]
+    static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
+    if not hashable(static):  # `filter_jit` names the leaf that cannot be hashed
+        return eqx.filter_jit(_solve)(
+            fn, solver, y0, args, bounds, options, throw_inside, adjoint
+        )
+    jitted = _solve_jit["nested" if traced else "top"]
+    arrays, others = jitted(dynamic, static, options, throw_inside, adjoint)
+    return eqx.combine(arrays, others.value)
 
 
 def _check_y0(y0):
@@ -424,10 +459,7 @@ def least_squares(
         bool(progress),
         traced and adjoint == "unrolled",
     )
-    sol = _solve_jit(fn, solver, y0, args, bounds, options, throw_inside, adjoint)
+    sol = _call(fn, solver, y0, args, bounds, options, throw_inside, adjoint, traced)
     if throw and not traced and not succeeded(sol.result):
-        raise eqx.EquinoxRuntimeError(
-            "eqxopt.least_squares: "
-            + RESULTS[sol.result].replace("eqxopt.minimize: ", "")
-        )
+        raise eqx.EquinoxRuntimeError("eqxopt.least_squares: " + RESULTS[sol.result])
     return sol

@@ -4,15 +4,26 @@ import dataclasses
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import lineax as lx
 import numpy as np
 from jaxtyping import Array
 
 from .._minimize.loop import while_loop
 from .base import AbstractLeastSquaresSolver, Carry, MAX_TRIALS, Options
-from .common import check_solver_options, norm, phi_and_derivative, Problem
+from .common import (
+    check_solver_options,
+    is_tall,
+    norm,
+    phi_and_derivative,
+    Problem,
+    reduce_tall,
+    safe_div,
+    safe_sqrt,
+)
 
 
 # MINPACK's constants: the initial step bound is `_FACTOR |diag * x0|`.
@@ -48,16 +59,16 @@ def lmpar(m, n, uf, s, V, delta, par0):
     fp = dxnorm - delta
     gn = fp <= 0.1 * delta
     _, dphi0 = phi_and_derivative(jnp.zeros_like(delta), suf, s_safe, delta)
-    parl = jnp.where(full, -fp * dxnorm / (delta * dphi0), 0)
+    parl = jnp.where(full, safe_div(-fp * dxnorm, delta * dphi0), 0)
     parl = jnp.where(jnp.isfinite(parl), parl, 0)
     gnorm = norm(suf)
-    paru = gnorm / delta
+    paru = safe_div(gnorm, delta)
     paru = jnp.where(paru == 0, tiny / jnp.minimum(delta, 0.1), paru)
     par = jnp.minimum(jnp.maximum(par0, parl), paru)
-    par = jnp.where(par == 0, gnorm / dxnorm, par)
+    par = jnp.where(par == 0, safe_div(gnorm, dxnorm), par)
 
     def z_of(par):
-        return -V @ (suf / (s**2 + par))
+        return -V @ safe_div(suf, s**2 + par)
 
     def body(it, c):
         par, parl, paru, fp, done = c
@@ -72,7 +83,7 @@ def lmpar(m, n, uf, s, V, delta, par0):
             | (it == 9)
         )
         _, dphi = phi_and_derivative(par, suf, s, delta)
-        parc = -fp_new * dxnorm / (delta * dphi)
+        parc = safe_div(-fp_new * dxnorm, delta * dphi)
         parl_new = jnp.where(fp_new > 0, jnp.maximum(parl, par), parl)
         paru_new = jnp.where(fp_new < 0, jnp.minimum(paru, par), paru)
         par_new = jnp.where(stop, par, jnp.maximum(parl_new, par + parc))
@@ -89,6 +100,72 @@ def lmpar(m, n, uf, s, V, delta, par0):
     par, _, _, _, _ = lax.fori_loop(0, 10, body, init)
     par = jnp.where(gn, 0, par)
     z = jnp.where(gn, z_gn, z_of(par))
+    return z, par
+
+
+def lmpar_matrix_free(Jmv, Jtv, f, delta, par0):
+    """`lmpar` on Jacobian products (`jac="matrix-free"`): the same safeguarded Newton
+    iteration on `par` in the scaled variables, with `Jmv(z) = J D^{-1} z` and
+    `Jtv(u) = D^{-1} J^T u`. The step for a given `par` solves
+    `(A + par I) z = -Jtv(f)`, `A = (J D^{-1})^T J D^{-1}`, by conjugate gradients,
+    and `phi'(par) = -z^T (A + par I)^{-1} z / |z|` by a second solve. The
+    Gauss-Newton step is CG's from zero at `par = 0` (the least-norm solution);
+    rank is not known, so the iteration's lower bound starts at 0 (MINPACK's
+    rank-deficient case). Returns `(z, par)`."""
+    dtype = f.dtype
+    n = Jtv(f).size
+    tiny = jnp.finfo(dtype).tiny
+    # CG to about sqrt(eps) / 100 relative: 1.5e-10 in float64, 3.5e-6 in float32.
+    rtol = float(np.sqrt(np.finfo(dtype).eps)) * 1e-2
+    cg = lx.CG(rtol=rtol, atol=0.0, max_steps=max(10, 2 * n))
+    struct = jax.ShapeDtypeStruct((n,), dtype)
+
+    def solve(par, rhs):
+        op = lx.FunctionLinearOperator(
+            lambda v: Jtv(Jmv(v)) + par * v, struct, lx.positive_semidefinite_tag
+        )
+        out = lx.linear_solve(op, rhs, cg, throw=False).value
+        return jnp.where(jnp.all(jnp.isfinite(out)), out, 0)
+
+    b = -Jtv(f)
+    z_gn = solve(jnp.zeros((), dtype), b)
+    dxnorm = norm(z_gn)
+    fp = dxnorm - delta
+    gn = fp <= 0.1 * delta
+    gnorm = norm(b)
+    paru = safe_div(gnorm, delta)
+    paru = jnp.where(paru == 0, tiny / jnp.minimum(delta, 0.1), paru)
+    parl = jnp.zeros_like(delta)
+    par = jnp.minimum(jnp.maximum(par0, parl), paru)
+    par = jnp.where(par == 0, safe_div(gnorm, dxnorm), par)
+
+    def cond(c):
+        return ~c[5]
+
+    def body(c):
+        par, parl, paru, fp, it, _, _ = c
+        par = jnp.where(par == 0, jnp.maximum(tiny, 0.001 * paru), par)
+        z = solve(par, b)
+        dxnorm = norm(z)
+        temp = fp
+        fp_new = dxnorm - delta
+        stop = (
+            (jnp.abs(fp_new) <= 0.1 * delta)
+            | ((parl == 0) & (fp_new <= temp) & (temp < 0))
+            | (it == 9)
+        )
+        w = solve(par, z)
+        dphi = safe_div(-jnp.dot(z, w), dxnorm)
+        parc = safe_div(-fp_new * dxnorm, delta * dphi)
+        parl_new = jnp.where(fp_new > 0, jnp.maximum(parl, par), parl)
+        paru_new = jnp.where(fp_new < 0, jnp.minimum(paru, par), paru)
+        par_new = jnp.where(stop, par, jnp.maximum(parl_new, par + parc))
+        return par_new, parl_new, paru_new, fp_new, it + 1, stop, z
+
+    init = (par, parl, paru, fp, jnp.asarray(0, jnp.int32), gn, z_gn)
+    par, _, _, _, _, _, z = while_loop(cond, body, init, max_steps=10)
+    par = jnp.where(gn, 0, par)
+    z = jnp.where(gn, z_gn, z)
     return z, par
 
 
@@ -110,7 +187,9 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
 
     Each iteration finds the step $p$ minimizing $|J p + r|$ subject to
     $|D p| \le \Delta$ (MINPACK's `lmpar`: the Levenberg-Marquardt parameter by
-    Moré's safeguarded Newton iteration, here through an SVD of $J D^{-1}$), and
+    Moré's safeguarded Newton iteration, here through an SVD of $J D^{-1}$; with
+    `jac="matrix-free"`, by conjugate gradients on the damped normal equations
+    $(D^{-1} J^T J D^{-1} + \lambda I) z = -D^{-1} J^T r$ from Jacobian products), and
     updates the bound $\Delta$ from the ratio of actual to predicted reduction as
     `lmder` does; a step is accepted when that ratio is at least $10^{-4}$.
     $D = 1/x_\text{scale}$, or with `x_scale="jac"` the Jacobian's column norms
@@ -118,7 +197,8 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
 
     Converged when MINPACK's tests hold: `ftol` on the actual and predicted relative
     reductions of the sum of squares, `xtol` on $\Delta \le x_{tol} |D x|$, `gtol` on
-    the largest cosine between $r$ and a column of $J$. Bounds raise a
+    the largest cosine between $r$ and a column of $J$ (matrix-free: SciPy `trf`'s
+    $\max |D^{-1} J^T r| < g_{tol}$). Bounds raise a
     `ValueError` (use [`eqxopt.TrustRegionReflective`][]).
 
     !!! Example
@@ -155,64 +235,79 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
 
     def __check_init__(self):
         check_solver_options("LevenbergMarquardt", self.jac, self.x_scale)
-        if self.jac == "matrix-free":
-            raise ValueError(
-                "`LevenbergMarquardt(jac='matrix-free')` is not supported: MINPACK's "
-                "steps need the Jacobian. Use "
-                "`TrustRegionReflective(jac='matrix-free')`."
-            )
 
     def _colnorm(self, J):
         return jnp.sqrt(jnp.sum(J * J, axis=0))
 
+    def _gtol_ok(self, J, f, g, diag, gtol):
+        """MINPACK's `gtol` test; matrix-free (no column norms of `J`), SciPy
+        `trf`'s on the scaled gradient: `max |g / diag| < gtol`."""
+        if J is None:
+            return jnp.max(jnp.abs(g / diag)) < gtol
+        return _gnorm(J, f, self._colnorm(J)) <= gtol
+
     def start(self, problem: Problem, carry: Carry, options: Options) -> Carry:
         x, J = carry.x, carry.J
-        assert J is not None
-        colnorm = self._colnorm(J)
         if isinstance(self.x_scale, str):
+            assert J is not None
+            colnorm = self._colnorm(J)
             diag = jnp.where(colnorm == 0, 1, colnorm)
         else:
             diag = 1 / jnp.broadcast_to(jnp.asarray(self.x_scale, x.dtype), x.shape)
         xnorm = norm(diag * x)
         delta = jnp.where(xnorm == 0, _FACTOR, _FACTOR * xnorm).astype(x.dtype)
         state = LMState(delta, jnp.zeros_like(delta), diag, xnorm, jnp.ones((), bool))
-        converged = _gnorm(J, carry.r, colnorm) <= options.gtol
+        converged = self._gtol_ok(J, carry.r, carry.g, diag, options.gtol)
         return dataclasses.replace(carry, state=state, converged=converged)
 
     def iterate(self, problem: Problem, carry: Carry, options: Options) -> Carry:
         x, f, J, cost = carry.x, carry.r, carry.J, carry.cost
-        assert J is not None
         state: LMState = carry.state
         n, m = x.size, f.size
-        colnorm = self._colnorm(J)
         diag = state.diag
-        if isinstance(self.x_scale, str):
-            diag = jnp.maximum(diag, colnorm)
-        U, s, Vt = jnp.linalg.svd(J / diag, full_matrices=False)
-        uf = U.T @ f
-        V = Vt.T
+        if J is None:
+            _, jvp = problem.linearize(x)
+            _, vjp, _ = jax.vjp(problem.fn, x, has_aux=True)
+            Jp = jvp
+            step = lambda delta, par: lmpar_matrix_free(
+                lambda z: jvp(z / diag), lambda u: vjp(u)[0] / diag, f, delta, par
+            )
+        else:
+            if isinstance(self.x_scale, str):
+                diag = jnp.maximum(diag, self._colnorm(J))
+            Jd, fd = J / diag, f
+            if is_tall(m, n):
+                Jd, fd = reduce_tall(Jd, f)
+            U, s, Vt = jnp.linalg.svd(Jd, full_matrices=False)
+            uf = U.T @ fd
+            V = Vt.T
+            J_: Array = J
+            Jp = lambda p: J_ @ p
+            step = lambda delta, par: lmpar(m, n, uf, s, V, delta, par)
         fnorm = norm(f)
-
-        J_: Array = J
 
         def trial(c):
             delta, par, xnorm, first, _, _, _, _, _, nfev, trials = c
-            z, par = lmpar(m, n, uf, s, V, delta, par)
+            z, par = step(delta, par)
             p = z / diag
             pnorm = norm(z)
             delta = jnp.where(first, jnp.minimum(delta, pnorm), delta)
             x_new = x + p
             f_new, aux_new = problem.residuals(x_new)
             fnorm1 = norm(f_new)
-            actred = jnp.where(0.1 * fnorm1 < fnorm, 1 - (fnorm1 / fnorm) ** 2, -1.0)
-            temp1 = norm(J_ @ p) / fnorm
-            temp2 = jnp.sqrt(par) * pnorm / fnorm
+            actred = jnp.where(
+                0.1 * fnorm1 < fnorm, 1 - safe_div(fnorm1, fnorm) ** 2, -1.0
+            )
+            temp1 = safe_div(norm(Jp(p)), fnorm)
+            temp2 = safe_div(safe_sqrt(par) * pnorm, fnorm)
             prered = temp1**2 + temp2**2 / 0.5
             dirder = -(temp1**2 + temp2**2)
             ratio = jnp.where(
                 prered != 0, actred / jnp.where(prered != 0, prered, 1), 0
             )
-            temp = jnp.where(actred >= 0, 0.5, 0.5 * dirder / (dirder + 0.5 * actred))
+            temp = jnp.where(
+                actred >= 0, 0.5, safe_div(0.5 * dirder, dirder + 0.5 * actred)
+            )
             temp = jnp.where((0.1 * fnorm1 >= fnorm) | (temp < 0.1), 0.1, temp)
             poor = ratio <= 0.25
             good = ~poor & ((par == 0) | (ratio >= 0.75))
@@ -267,15 +362,16 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
         cost_new, nfev = out[8], out[9]
         pick = lambda new, old: jnp.where(success, new, old)
         x = pick(x_new, x)
-        J_new, g_new = problem.jacobian_and_grad(x)
-        assert J_new is not None
-        J = pick(J_new, J)
-        g = pick(g_new, carry.g)
         f = pick(f_new, f)
+        J_new, g_new = problem.jacobian_and_grad(x, f)
+        J = None if J is None or J_new is None else pick(J_new, J)
+        g = pick(g_new, carry.g)
         aux = jtu.tree_map(pick, aux_new, carry.aux)
         cost = pick(cost_new, cost)
-        gtol_ok = _gnorm(J, f, self._colnorm(J)) <= options.gtol
-        finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(J))
+        gtol_ok = self._gtol_ok(J, f, g, diag, options.gtol)
+        finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(g))
+        if J is not None:
+            finite = finite & jnp.all(jnp.isfinite(J))
         return Carry(
             x,
             f,
@@ -296,9 +392,12 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
 LevenbergMarquardt.__init__.__doc__ = r"""**Arguments:**
 
 - `jac`: how the Jacobian is computed: `"auto"` (forward mode when there are no more
-    parameters than residuals, else reverse mode), `"fwd"` or `"rev"`.
-    (`"matrix-free"` raises a `ValueError`: MINPACK's steps need the Jacobian.)
-    (Static.)
+    parameters than residuals, else reverse mode), `"fwd"`, `"rev"`, or
+    `"matrix-free"` (Jacobian products only: each step for a given
+    Levenberg-Marquardt parameter is a conjugate-gradient solve of the damped normal
+    equations, and the `gtol` test is SciPy `trf`'s, `max |g x_scale| < gtol`, as
+    the Jacobian's column norms are not known; `x_scale="jac"` raises a
+    `ValueError`). (Static.)
 - `x_scale`: the inverse of MINPACK's `diag`: a positive number or an array over
     `ravel_pytree(y0)`'s order, or `"jac"` (MINPACK's `mode=1`: `diag` is the
     Jacobian's column norms, never decreasing). Default `1.0` (SciPy's default for

@@ -15,10 +15,14 @@ from .common import (
     check_termination,
     cl_scaling,
     evaluate_quadratic,
+    is_tall,
     jac_scale,
     make_strictly_feasible,
     norm,
     Problem,
+    reduce_tall,
+    safe_div,
+    safe_sqrt,
     select_step,
     solve_lsq_trust_region,
     solve_trust_region_2d,
@@ -165,13 +169,17 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
             )
         else:
             J_h = J * d
+            if is_tall(m, n):
+                J_h, f_h = reduce_tall(J_h, f)
+            else:
+                f_h = f
             Jmv = lambda s: J_h @ s
             if bounded:
                 assert diag_h is not None
-                A = jnp.concatenate([J_h, jnp.diag(jnp.sqrt(diag_h))])
-                rhs = jnp.concatenate([f, jnp.zeros(n, dtype)])
+                A = jnp.concatenate([J_h, jnp.diag(safe_sqrt(diag_h))])
+                rhs = jnp.concatenate([f_h, jnp.zeros(n, dtype)])
             else:
-                A, rhs = J_h, f
+                A, rhs = J_h, f_h
             U, s, Vt = jnp.linalg.svd(A, full_matrices=False)
             uf = U.T @ rhs
             V = Vt.T
@@ -208,7 +216,7 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
             )
             term = finite & (ftol_ok | xtol_ok)
             go_on = finite & ~term
-            alpha = jnp.where(go_on, alpha * Delta / Delta_new, alpha)
+            alpha = jnp.where(go_on, safe_div(alpha * Delta, Delta_new), alpha)
             Delta = jnp.where(
                 finite, jnp.where(term, Delta, Delta_new), 0.25 * step_h_norm
             )
@@ -249,8 +257,8 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
         accepted = actual > 0
         pick = lambda new, old: jnp.where(accepted, new, old)
         x = pick(x_new, x)
-        J_new, g_new = problem.jacobian_and_grad(x)
         f = pick(f_new, f)
+        J_new, g_new = problem.jacobian_and_grad(x, f)
         aux = jtu.tree_map(pick, aux_new, carry.aux)
         cost = pick(cost_new, cost)
         J = None if J is None else pick(J_new, J)

@@ -42,7 +42,7 @@ from .linesearch import (
 )
 from .loop import loops, Progress as _Progress, while_loop
 from .newton_cg import NewtonCG
-from .solution import RESULTS, Solution, succeeded
+from .solution import error_if_failed, RESULTS, Solution, succeeded
 
 
 _ADJOINTS = ("unrolled", "implicit")
@@ -555,7 +555,7 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
             multipliers={"eq": _unflat(eq, refs[0]), "ineq": _unflat(ineq, refs[1])},
         )
         if throw_inside:
-            sol = result.error_if(sol, result != RESULTS.successful)
+            sol = error_if_failed(sol, result, "eqxopt.minimize")
         return sol
     problem = _Problem(fn, optimizer, y_static, args, bounds)
     inputs = (problem, y_dyn, options)
@@ -579,7 +579,7 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
         stats=stats,
     )
     if throw_inside:
-        sol = result.error_if(sol, result != RESULTS.successful)
+        sol = error_if_failed(sol, result, "eqxopt.minimize")
     return sol
 
 
@@ -966,7 +966,7 @@ def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solut
     arrays, others = _solve_jit["nested" if traced else "top"](dynamic, static, *rest)
     sol = eqx.combine(arrays, others.value)
     if throw and not traced and not succeeded(sol.result):
-        raise eqx.EquinoxRuntimeError(RESULTS[sol.result])
+        raise eqx.EquinoxRuntimeError("eqxopt.minimize: " + RESULTS[sol.result])
     return sol
 
 

@@ -8,9 +8,10 @@ from jaxtyping import Array, ArrayLike, PyTree
 
 
 class RESULTS(eqx.Enumeration):
-    """How a call to [`eqxopt.minimize`][] ended.
+    """How a call to [`eqxopt.minimize`][] or [`eqxopt.least_squares`][] ended.
 
-    `eqxopt.RESULTS[sol.result]` is the message; `sol.result == RESULTS.successful` is
+    `eqxopt.RESULTS[sol.result]` is the message (an error raised by a solve begins
+    with the name of the function that raised it); `sol.result == RESULTS.successful` is
     a boolean array (usable under `jit`).
 
     !!! Example
@@ -35,22 +36,24 @@ class RESULTS(eqx.Enumeration):
 
     successful = ""
     max_steps_reached = (
-        "eqxopt.minimize: `RESULTS.max_steps_reached`: the maximum number of steps was "
-        "reached before `max|grad| <= atol + rtol * |loss|` held. Increase "
-        "`max_steps`, loosen `rtol`/`atol`, or use a better-suited optimizer (for a "
+        "`RESULTS.max_steps_reached`: the maximum number of steps was reached before "
+        "the convergence test held (`minimize`: `max|grad| <= atol + rtol * |loss|`; "
+        "`least_squares`: SciPy's `ftol`, `xtol` or `gtol` test). Increase "
+        "`max_steps`, loosen the tolerances, or use a better-suited optimizer (for a "
         "deterministic full-batch loss, `eqxopt.LBFGS()` usually needs far fewer steps "
         "than a first-order method)."
     )
     nonfinite = (
-        "eqxopt.minimize: `RESULTS.nonfinite`: the loss or its gradient became "
-        "non-finite (inf or NaN). Check that `fn` is finite at `y0` and in its "
+        "`RESULTS.nonfinite`: the loss or its gradient (with `least_squares`, the "
+        "residuals or their Jacobian) became non-finite (inf or NaN). Check that `fn` "
+        "is finite at `y0` and in its "
         "neighbourhood; with a first-order optimizer lower the learning rate; "
         "reparameterize constrained parameters (e.g. optimize `log(x)` for a positive "
         "`x`); or enable float64 (`jax.config.update('jax_enable_x64', True)`) if "
         "values overflow."
     )
     linesearch_failed = (
-        "eqxopt.minimize: `RESULTS.linesearch_failed`: the line search found no step "
+        "`RESULTS.linesearch_failed`: the line search found no step "
         "with sufficient decrease, even along the steepest-descent direction. This "
         "usually means the tolerances are below what the floating-point precision "
         "allows (loosen `rtol`/`atol`, or enable float64), that `fn` is not smooth or "
@@ -58,18 +61,19 @@ class RESULTS(eqx.Enumeration):
         "Increasing the line search's `max_steps` can help on badly scaled problems."
     )
     precision_limit = (
-        "eqxopt.minimize: `RESULTS.precision_limit`: the solve stopped where no "
-        "further decrease is possible in floating point (the steps round away: the "
-        "line search could not move the point, several line-search steps in a row "
-        "left the loss undecreased, or first-order steps in a row left the point, "
-        "the optimizer's state and its hyperparameters unchanged), at a point that "
-        "is not provably a minimum: `max|grad| <= atol + rtol * |loss|` does not "
-        "hold. The tolerances are probably below what the precision allows: loosen "
-        "`rtol`/`atol`, enable float64, or rescale the problem (its loss or its "
-        "variables)."
+        "`RESULTS.precision_limit`: the solve stopped where no further decrease is "
+        "possible in floating point (the steps round away: the line search could not "
+        "move the point, several line-search steps in a row left the loss "
+        "undecreased, or first-order steps in a row left the point, the optimizer's "
+        "state and its hyperparameters unchanged; with `least_squares`, no trial step "
+        "decreased the cost however small the trust region), at a point that is not "
+        "provably a minimum: the convergence test does not hold. The tolerances are "
+        "probably below what the precision allows: loosen them (`rtol`/`atol`, or "
+        "`ftol`/`xtol`/`gtol`), enable float64, or rescale the problem (its loss or "
+        "its variables)."
     )
     infeasible = (
-        "eqxopt.minimize: `RESULTS.infeasible`: the constraint violation stopped "
+        "`RESULTS.infeasible`: the constraint violation stopped "
         "decreasing while the augmented Lagrangian's penalty was at its cap "
         "(`AugmentedLagrangian(max_penalty=...)`): the constraints (with the bounds) "
         "probably have no feasible point. Check them; from another `y0` a local "
@@ -86,6 +90,16 @@ RESULTS.__module__ = "eqxopt"
 def succeeded(item) -> bool:
     """Whether a concrete `RESULTS` item is `RESULTS.successful`."""
     return bool(np.asarray(item == RESULTS.successful))
+
+
+def error_if_failed(sol: Any, result: Any, entry: str) -> Any:
+    """`sol`, with a runtime error (under `jit`) when `result` is not successful,
+    whose message is `result`'s prefixed by the entry point's name (`entry`, e.g.
+    `"eqxopt.least_squares"`)."""
+    messages = [m if m == "" else f"{entry}: {m}" for m in RESULTS._index_to_message]
+    return eqx.branched_error_if(
+        sol, result != RESULTS.successful, result._value, messages
+    )
 
 
 class Solution(eqx.Module):
