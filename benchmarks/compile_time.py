@@ -20,6 +20,7 @@ with each total (trace + lower + compile) over AdamW's.
 
     python benchmarks/compile_time.py                  # 10M params, 3 repeats
     python benchmarks/compile_time.py --size 1M --repeats 1 --only SOAP,AdamW
+    python benchmarks/compile_time.py --quick            # 20K params, AdamW and Muon
 """
 
 import argparse
@@ -113,7 +114,12 @@ def main():
     parser.add_argument("--layers", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated names")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 20K params, AdamW and Muon"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.size, args.repeats, args.only = "20K", 1, "Muon"
     size = args.size.upper()
     scale = {"K": 10**3, "M": 10**6}.get(size[-1], 1)
     n_params = int(float(size.rstrip("KM")) * scale)

@@ -3,6 +3,7 @@ hangs (not part of CI: one run takes about a minute on 2 cores).
 
     python benchmarks/stress_multiprocess.py                    # 20 runs, SOAP+Shampoo
     python benchmarks/stress_multiprocess.py --runs 5 --nproc default --dump /tmp/d
+    python benchmarks/stress_multiprocess.py --quick      # 1 run of AdamW alone
 
 Each run starts the two `train` processes of the test (4 CPU devices each, Gloo
 collectives, every Shampoo and SOAP with its default `spread=True`) with the test's
@@ -146,7 +147,12 @@ def main():
     parser.add_argument("--nproc", default="16", help="NPROC, or 'default'")
     parser.add_argument("--dump", default="", help="--xla_dump_to folder")
     parser.add_argument("--logs", default="/tmp/eqxopt_stress_multiprocess")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: 1 run of AdamW alone"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.runs, args.optimizers = 1, "AdamW"
     logs = pathlib.Path(args.logs)
     print(
         f"{args.runs} runs of the two-process training ({args.optimizers}), "
