@@ -490,13 +490,13 @@ def test_fn_may_close_over_traced_values(adjoint):
 
 
 def test_solve_compile_options_are_understood_by_this_xla():
-    # The eager solve is compiled with `_CPU_OPTIONS` (see the comment there). An
+    # The eager solve is compiled with `CPU_OPTIONS` (see the comment there). An
     # option this XLA does not know is refused or, for a pass to disable, silently
     # ignored: the tree-reduction rewrite must exist (it splits a sum over 100
     # elements into windows of 32) and the solve's options must switch it off.
-    from eqxopt._minimize.minimize import _CPU_OPTIONS
+    from eqxopt._minimize.loop import CPU_OPTIONS
 
-    if not _CPU_OPTIONS:
+    if not CPU_OPTIONS:
         pytest.skip("this jax version compiles the solve with XLA's defaults")
     if jax.default_backend() != "cpu":
         pytest.skip("CPU options")
@@ -508,7 +508,7 @@ def test_solve_compile_options_are_understood_by_this_xla():
         return str(jax.jit(fn, compiler_options=options).lower(x).compile().as_text())
 
     assert "reduce-window" in hlo({})
-    assert "reduce-window" not in hlo(_CPU_OPTIONS)
+    assert "reduce-window" not in hlo(CPU_OPTIONS)
 
 
 def test_a_loss_with_aux_but_no_has_aux_says_so():

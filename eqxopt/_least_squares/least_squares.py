@@ -17,8 +17,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import PyTree
 
 from .._bounds import broadcast_bounds, check_bounds
-from .._minimize.loop import loops, Progress, while_loop
-from .._minimize.minimize import _CPU_OPTIONS
+from .._minimize.loop import CPU_OPTIONS, loops, Progress, while_loop
 from .._minimize.solution import error_if_failed, RESULTS, Solution, succeeded
 from .._misc import hashable, is_param
 from .base import AbstractLeastSquaresSolver, Carry, Options
@@ -286,7 +285,7 @@ def _jit_body(dynamic, static, *rest):
 # inside an outer trace the solve is traced by the plain one.
 _solve_jit = {
     "top": jax.jit(
-        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=_CPU_OPTIONS
+        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=CPU_OPTIONS
     ),
     "nested": jax.jit(_jit_body, static_argnums=(1, 2, 3, 4)),
 }

@@ -117,3 +117,18 @@ class Progress:
             self.bar = None
         else:
             print(file=sys.stderr, flush=True)
+
+
+# The solve is a loop of small, mostly scalar kernels whose CPU compile time is mostly
+# LLVM code generation: these per-computation options compile it faster, with the same
+# iterates to the last bit (the measurements, and the options tried and not used, are
+# in benchmarks/README.md, "Compiler options of the solve"). Other backends ignore them.
+CPU_OPTIONS = (
+    {
+        "xla_cpu_use_fusion_emitters": False,
+        "xla_cpu_parallel_codegen_split_count": 2,
+        "xla_disable_hlo_passes": "tree_reduction_rewriter",
+    }
+    if (0, 5, 0) <= jax.__version_info__ < (0, 11, 0)
+    else {}
+)

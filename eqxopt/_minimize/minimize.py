@@ -40,7 +40,7 @@ from .linesearch import (
     ProjectedLoss,
     select,
 )
-from .loop import loops, Progress as _Progress, while_loop
+from .loop import CPU_OPTIONS, loops, Progress as _Progress, while_loop
 from .newton_cg import NewtonCG
 from .solution import error_if_failed, RESULTS, Solution, succeeded
 
@@ -913,24 +913,11 @@ def _jit_body(dynamic, static, *rest):
     return arrays, eqxi.Static(others)
 
 
-# The solve is a loop of small, mostly scalar kernels whose CPU compile time is mostly
-# LLVM code generation: these per-computation options compile it faster, with the same
-# iterates to the last bit (the measurements, and the options tried and not used, are
-# in benchmarks/README.md, "Compiler options of the solve"). Other backends ignore them.
-_CPU_OPTIONS = (
-    {
-        "xla_cpu_use_fusion_emitters": False,
-        "xla_cpu_parallel_codegen_split_count": 2,
-        "xla_disable_hlo_passes": "tree_reduction_rewriter",
-    }
-    if (0, 5, 0) <= jax.__version_info__ < (0, 11, 0)
-    else {}
-)
 # Only a top-level `jax.jit` takes compiler options: inside an outer trace (`jit`,
 # `vmap`, `grad`), the solve is traced by the plain one.
 _solve_jit = {
     "top": jax.jit(
-        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=_CPU_OPTIONS
+        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=CPU_OPTIONS
     ),
     "nested": jax.jit(_jit_body, static_argnums=(1, 2, 3, 4)),
 }
