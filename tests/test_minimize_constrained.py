@@ -327,11 +327,15 @@ def test_derivative_with_respect_to_args(adjoint):
             adjoint=adjoint,
         ).value
 
-    grad = jax.jacobian(solution)(jnp.asarray(1.5))
+    # One reverse pass (`jax.grad` of y0 + y1, not `jax.jacobian`, which would vmap
+    # the backward pass through the nested loops over both outputs):
+    # d(y0 + y1)/dr = -sqrt(2).
+    grad = jax.grad(lambda r: jnp.sum(solution(r)))(jnp.asarray(1.5))
     # Through the loops, the derivative is that of the iterations, which stop at
-    # the tolerance: measured 2e-3 off; the implicit one is exact at the optimum.
-    atol = 1e-5 if adjoint == "implicit" else 3e-3
-    assert np.allclose(grad, -1 / np.sqrt(2.0), atol=atol)
+    # the tolerance: measured 2e-3 off per component; the implicit one is exact at the
+    # optimum.
+    atol = 1e-5 if adjoint == "implicit" else 6e-3
+    assert np.allclose(grad, -np.sqrt(2.0), atol=atol)
 
 
 def test_bad_input():
