@@ -22,6 +22,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -62,7 +63,9 @@ def one_run(i: int, args, logs: pathlib.Path) -> tuple[str, float]:
                 f"{e.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_text"
             )
     run_logs = logs / f"run{i}"
-    run_logs.mkdir(parents=True, exist_ok=True)
+    # A fresh folder: Orbax refuses to write a checkpoint over an earlier one.
+    shutil.rmtree(run_logs, ignore_errors=True)
+    run_logs.mkdir(parents=True)
     port = tm._free_port()
     commands = [
         [
@@ -146,14 +149,14 @@ def main():
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--nproc", default="16", help="NPROC, or 'default'")
     parser.add_argument("--dump", default="", help="--xla_dump_to folder")
-    parser.add_argument("--logs", default="/tmp/eqxopt_stress_multiprocess")
+    parser.add_argument("--logs", default="", help="default: a new temporary folder")
     parser.add_argument(
         "--quick", action="store_true", help="a smoke run: 1 run of AdamW alone"
     )
     args = parser.parse_args()
     if args.quick:
         args.runs, args.optimizers = 1, "AdamW"
-    logs = pathlib.Path(args.logs)
+    logs = pathlib.Path(args.logs or tempfile.mkdtemp(prefix="stress_multiprocess_"))
     print(
         f"{args.runs} runs of the two-process training ({args.optimizers}), "
         f"NPROC={args.nproc}, timeout {args.timeout:.0f} s, logs in {logs}",
