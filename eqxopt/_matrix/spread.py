@@ -334,13 +334,20 @@ def _spread_call(
     replicated first, so each device slices its share locally. (Without that
     constraint XLA's partitioner propagated the split back into the stacks'
     producers and resharded them with all-to-alls: 38 of them in Shampoo's refresh
-    in the two-process test.) Every device's results, of every call, are flattened
-    into one vector per dtype, and one all-gather per dtype replicates them. Fewer
-    collectives matter across processes: XLA's CPU runtime starts independent
-    collectives concurrently, from a thread pool, and its Gloo collectives all use
-    one tag, so two processes that start two of them in different orders exchange
-    the wrong messages (a crash on mismatched sizes, a hang, or swapped data: see
-    the scaling guide).
+    in the two-process test.) The constraint is put behind a
+    `jax.lax.optimization_barrier` (an identity), which XLA's sharding propagation
+    does not see through (Shardy, jax 0.10.2). Without it the partitioner carried
+    "replicated" back into the producers too, and a producer that is also part of
+    the optimizer's state left the step replicated instead of sharded like its
+    param (Muon's momentum, the Newton-Schulz input itself without Nesterov, came
+    back `P()` for a param split `P('x')`).
+
+    Every device's results, of every call, are flattened into one vector per dtype,
+    and one all-gather per dtype replicates them. Fewer collectives matter across
+    processes: XLA's CPU runtime starts independent collectives concurrently, from
+    a thread pool, and its Gloo collectives all use one tag, so two processes that
+    start two of them in different orders exchange the wrong messages (a crash on
+    mismatched sizes, a hang, or swapped data: see the scaling guide).
     """
     if not calls:
         return []
@@ -367,7 +374,14 @@ def _spread_call(
                 jax.sharding.reshard(s, NamedSharding(mesh, split)) for s in stacks
             ]
         else:
-            stacks = [jax.lax.with_sharding_constraint(s, replicated) for s in stacks]
+            # Replicated behind an optimization barrier: the constraint binds the
+            # stack, not its producers (see above).
+            stacks = [
+                jax.lax.with_sharding_constraint(
+                    jax.lax.optimization_barrier(s), replicated
+                )
+                for s in stacks
+            ]
         lengths.append(n)
         padded.append(stacks)
     # Python numbers in `shared` stay static; arrays are passed in, replicated.
