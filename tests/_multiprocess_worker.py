@@ -69,6 +69,10 @@ def _optimizers():
             start_preconditioning_step=2,
             preconditioning_compute_steps=2,
             best_effort_shape_interpretation=False,
+            # The inverse roots spread over both processes' devices (the default,
+            # explicit here: it once hung; see "Why those runs hung" in
+            # docs/scaling.md and benchmarks/stress_multiprocess.py).
+            spread=True,
         ),
         "Kron": eqxopt.Kron(1e-2, preconditioner_update_probability=1.0),
         "NorMuon": eqxopt.NorMuon(1e-2),

@@ -70,7 +70,9 @@ def _env(devices: int) -> dict[str, str]:
     # waits in a cross-process collective keeps its thread. With 4 devices per
     # process on 2 cores, that pool was too small: training hung in 3 of 10 runs of
     # the SOAP+Shampoo group, 0 of 13 with 16 threads (8 of them with Shampoo's
-    # default `spread`, which had hung in 2 of 6 runs).
+    # default `spread`, which had hung in 2 of 6 runs). What hung: the two processes
+    # started independent collectives in different orders, and XLA's Gloo
+    # collectives all use one tag (see "Why those runs hung" in docs/scaling.md).
     env["NPROC"] = "16"
     env["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]

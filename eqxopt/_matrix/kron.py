@@ -710,35 +710,39 @@ class Kron(AbstractOptimizer[KronState]):
         with jax.default_matmul_precision(self.precond_update_precision):
             key, sub = jr.split(key)
             balance = jr.uniform(sub, dtype=jnp.float32) < 0.01
-            qs = lax.cond(
-                balance,
-                lambda qs: [
-                    self._map(s, _balance, q) if len(q) > 1 else q
-                    for s, q in zip(scanned, qs)
-                ],
-                lambda qs: qs,
-                qs,
-            )
             _, sub = jr.split(key)
             keys = jr.split(sub, len(work.positions))
-            damp = jnp.sqrt(jnp.finfo(jnp.float32).eps)
             specs = [(h.shape, dt) for h, dt in zip(precond_in, work.dtypes)]
             noise = draws_per_leaf(jr.normal, keys, specs)
-            tasks = []
-            for v, h, q, dt, s in zip(noise, precond_in, qs, work.dtypes, scanned):
-                h = h + damp.astype(h.dtype) * jnp.mean(jnp.abs(h)) * v
-                tasks.append(((dt, s), (*q, h, v)))
+            tasks = [
+                ((dt, s), (*q, h, v))
+                for v, h, q, dt, s in zip(noise, precond_in, qs, work.dtypes, scanned)
+            ]
 
-            def fn(static, lr_p, *operands):
+            # Everything per leaf happens in `fn`, which `spread_map` stacks by
+            # shape: the balancing, the damping noise and the factor update compile
+            # once per shape, not once per leaf (the same operations on each leaf).
+            def fn(static, shared, *operands):
                 dt, scanned = static
+                lr_p, balance = shared
                 *q, h, v = operands
+                if len(q) > 1:
+                    q = lax.cond(
+                        balance,
+                        lambda q: list(self._map(scanned, _balance, q)),
+                        lambda q: q,
+                        list(q),
+                    )
+                damp = jnp.sqrt(jnp.finfo(jnp.float32).eps)
+                h = h + damp.astype(h.dtype) * jnp.mean(jnp.abs(h)) * v
                 update = lambda q, h, v: _update_factors(
                     [x.astype(dt) for x in q], h, v, lr_p
                 )
                 out = self._map(scanned, update, q, h, v)
                 return [x.astype(y.dtype) for x, y in zip(out, q)]
 
-            return spread_map(fn, tasks, work.spread, shared=self.preconditioner_lr)
+            shared = (self.preconditioner_lr, balance)
+            return spread_map(fn, tasks, work.spread, shared=shared)
 
     def _finish(self, work: "_Work", qs, mom, lr, wd, decay: bool, params):
         """Precondition the momentum (every leaf at once, spread over the mesh), clip
@@ -754,7 +758,7 @@ class Kron(AbstractOptimizer[KronState]):
             dt, scanned = static
             *q, g = operands
             fn = lambda q, g: _precondition([x.astype(dt) for x in q], g)
-            return self._map(scanned, fn, q, g)
+            return _clip_rms(self._map(scanned, fn, q, g))
 
         tasks = [
             ((dt, f.scanned), (*q, m))
@@ -766,7 +770,6 @@ class Kron(AbstractOptimizer[KronState]):
         for i, u, g, p, dt in zip(
             work.positions, preconditioned, work.grads, work.params, work.dtypes
         ):
-            u = _clip_rms(u)
             if decay and (mask is None or mask[i] is True):
                 assert p is not None
                 u = u + scalar(wd, dt) * p.astype(dt)

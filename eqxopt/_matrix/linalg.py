@@ -487,7 +487,15 @@ def every_k(
     `count` is the int32 step counter from the state and `k` a Python int or an
     (integer) array, so stepping never recompiles, nor does changing `k` when it is
     an array. `refresh` and `keep` must return the same types (dtype rule 5).
+
+    With `k` the Python int 1 (every step: Shampoo's default
+    `statistics_compute_steps`) there is no `cond`: `refresh` is traced alone, which
+    computes the same values, compiles one branch instead of two, and leaves no
+    collective inside a `cond` for sharded params (see "Why those runs hung" in the
+    scaling guide).
     """
+    if isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k == 1:
+        return refresh(*operands)
     k = jnp.asarray(k, jnp.int32)
     return jax.lax.cond(count % k == 0, refresh, keep, *operands)
 

@@ -346,6 +346,20 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 out.append(new.astype(old.dtype))
             return tuple(out)
 
+        # The factor matrices, updated with this step's grads, are the same in both
+        # branches of the first-step `cond` when both compute in one dtype: computed
+        # once, before it (one copy of every leaf's Gram matrices in the program,
+        # not two).
+        hoisted = {}
+        for i in idx:
+            dtype = compute_dtype(g_leaves[i].dtype)
+            if dtype == compute_dtype(g_leaves[i].dtype, mu_l[i].dtype):
+                gv = views[i].to_view(g_leaves[i].astype(dtype))
+                hoisted[i] = stats(i, gv)
+
+        def stats_of(i, gv):
+            return hoisted[i] if i in hoisted else stats(i, gv)
+
         def first(_):
             # The reference's first step: accumulate the factors, eigh, no update.
             precs, bases = list(pre_l), list(q_l)
@@ -353,7 +367,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
             for i in idx:
                 g = g_leaves[i]
                 gv = views[i].to_view(g.astype(compute_dtype(g.dtype)))
-                precs[i] = stats(i, gv)
+                precs[i] = stats_of(i, gv)
                 p = p_leaves[i]
                 # Typed like the momentum, as `regular`'s (the `cond`'s two branches):
                 # the grad's sharding, or the momentum's split of it (`shard_over`).
@@ -414,7 +428,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 updates[i] = sharded_like(u.astype(out_dtype(g, p)), mu_l[i])
                 mus[i] = m
                 nus[i] = v
-                precs[i] = stats(i, gv)
+                precs[i] = stats_of(i, gv)
 
             def refresh(carry):
                 mus, nus = list(carry[0]), list(carry[1])

@@ -230,6 +230,7 @@ def spread_map(
         shapes = tuple((x.shape[1:] if batched else x.shape, x.dtype) for x in operands)
         groups.setdefault((static, shapes), []).append(i)
     results: list = [None] * len(tasks)
+    stacked = []
     for (static, _), members in groups.items():
         if spread is None and len(members) == 1:
             (i,) = members
@@ -242,10 +243,13 @@ def spread_map(
         call = functools.partial(fn, static)
         if not batched:
             call = map_stack(call, decomposition=decomposition)
-        if spread is None:
-            out = call(shared, *stacks)
-        else:
-            out = _spread_call(call, shared, stacks, spread)
+        stacked.append((members, sizes, call, stacks))
+    if spread is None:
+        outs = [call(shared, *stacks) for _, _, call, stacks in stacked]
+    else:
+        # Every group in one `shard_map`, its results gathered at once.
+        outs = _spread_call([(c, s) for _, _, c, s in stacked], shared, spread)
+    for (members, sizes, _, _), out in zip(stacked, outs):
         start = 0
         for i, size in zip(members, sizes):
             if batched:
@@ -309,65 +313,139 @@ def map_stack(call: Callable, decomposition: bool = False) -> Callable:
     return mapped
 
 
-def _spread_call(call: Callable, shared: Any, stacks: list[Array], spread: Spread):
-    """`call(shared, *stacks)` with the stacks' leading axis split over `spread`'s axes
-    and the results replicated.
+def _spread_call(
+    calls: list[tuple[Callable, list[Array]]], shared: Any, spread: Spread
+) -> list:
+    """`[call(shared, *stacks) for call, stacks in calls]`, each stack's leading axis
+    split over `spread`'s axes and the results replicated, with ONE collective for
+    all of them (per result dtype).
 
-    Each device computes its share under `jax.shard_map` (manual over `spread.axes`):
-    its program holds no collective between the split and the all-gather of the
-    results. In particular a data-dependent loop of `call` (Shampoo's inverse roots: a
-    batched `while_loop`, or on CPU one per matrix inside [`map_stack`][]'s
-    `lax.map`) runs on each device's own matrices with a local predicate.
-    Split by sharding constraints instead, XLA's partitioner makes a batched loop's
-    predicate global: one all-reduce per iteration of every loop, across all devices
-    (and processes), with nothing gained (the vmapped loop keeps each matrix's result
-    its own whichever way the devices agree to stop)."""
-    n = stacks[0].shape[0]
-    pad = -n % spread.size
-    if pad:
-        stacks = [
-            jnp.concatenate([s, jnp.broadcast_to(s[:1], (pad,) + s.shape[1:])])
-            for s in stacks
-        ]
+    Each device computes its share of every call under one `jax.shard_map` (manual
+    over `spread.axes`): its program holds no collective between the split and the
+    gather of the results. In particular a data-dependent loop of a `call` (Shampoo's
+    inverse roots: a batched `while_loop`, or on CPU one per matrix inside
+    [`map_stack`][]'s `lax.map`) runs on each device's own matrices with a local
+    predicate. Split by sharding constraints instead, XLA's partitioner makes a
+    batched loop's predicate global: one all-reduce per iteration of every loop,
+    across all devices (and processes), with nothing gained (the vmapped loop keeps
+    each matrix's result its own whichever way the devices agree to stop).
+
+    The split takes no collective either: the stacks are constrained to be
+    replicated first, so each device slices its share locally. (Without that
+    constraint XLA's partitioner propagated the split back into the stacks'
+    producers and resharded them with all-to-alls: 38 of them in Shampoo's refresh
+    in the two-process test.) The constraint is put behind a
+    `jax.lax.optimization_barrier` (an identity), which XLA's sharding propagation
+    does not see through (Shardy, jax 0.10.2). Without it the partitioner carried
+    "replicated" back into the producers too, and a producer that is also part of
+    the optimizer's state left the step replicated instead of sharded like its
+    param (Muon's momentum, the Newton-Schulz input itself without Nesterov, came
+    back `P()` for a param split `P('x')`).
+
+    Every device's results, of every call, are flattened into one vector per dtype,
+    and one all-gather per dtype replicates them. Fewer collectives matter across
+    processes: XLA's CPU runtime starts independent collectives concurrently, from
+    a thread pool, and its Gloo collectives all use one tag, so two processes that
+    start two of them in different orders exchange the wrong messages (a crash on
+    mismatched sizes, a hang, or swapped data: see the scaling guide).
+    """
+    if not calls:
+        return []
+    size = spread.size
     mesh = spread.mesh
     P = jax.sharding.PartitionSpec
     NamedSharding = jax.sharding.NamedSharding
     explicit = any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types)
+    split, whole = P(spread.axes), P()
+    replicated = NamedSharding(mesh, whole)
+    lengths, padded = [], []
+    for _, stacks in calls:
+        n = stacks[0].shape[0]
+        pad = -n % size
+        if pad:
+            stacks = [
+                jnp.concatenate([s, jnp.broadcast_to(s[:1], (pad,) + s.shape[1:])])
+                for s in stacks
+            ]
+        if explicit:
+            # Sharding in types: the operands get the shardings the `shard_map`
+            # expects (on the mesh's other axes, replicated).
+            stacks = [
+                jax.sharding.reshard(s, NamedSharding(mesh, split)) for s in stacks
+            ]
+        else:
+            # Replicated behind an optimization barrier: the constraint binds the
+            # stack, not its producers (see above).
+            stacks = [
+                jax.lax.with_sharding_constraint(
+                    jax.lax.optimization_barrier(s), replicated
+                )
+                for s in stacks
+            ]
+        lengths.append(n)
+        padded.append(stacks)
     # Python numbers in `shared` stay static; arrays are passed in, replicated.
     leaves, treedef = jax.tree.flatten(shared)
     dynamic = [i for i, x in enumerate(leaves) if isinstance(x, jax.Array)]
+    arrays = [leaves[i] for i in dynamic]
+    if explicit:
+        arrays = [jax.sharding.reshard(x, replicated) for x in arrays]
+    counts = [len(stacks) for stacks in padded]
+    # Filled while the body is traced: per call, its results' treedef and, per
+    # leaf, (dtype, per-device shape, offset in that dtype's vector).
+    layout: list = []
+    dtypes: list = []
 
-    def body(arrays, *stacks):
+    def body(arrays, *flat_stacks):
         full = list(leaves)
         for i, x in zip(dynamic, arrays):
             full[i] = x
-        return call(jax.tree.unflatten(treedef, full), *stacks)
+        shared_ = jax.tree.unflatten(treedef, full)
+        pieces: dict = {}
+        offsets: dict = {}
+        start = 0
+        layout.clear()
+        for (call, _), k in zip(calls, counts):
+            out = call(shared_, *flat_stacks[start : start + k])
+            start += k
+            out_leaves, out_def = jax.tree.flatten(out)
+            where = []
+            for o in out_leaves:
+                dtype = jnp.dtype(o.dtype)
+                if dtype not in pieces:
+                    pieces[dtype], offsets[dtype] = [], 0
+                    if dtype not in dtypes:
+                        dtypes.append(dtype)
+                where.append((dtype, o.shape, offsets[dtype]))
+                pieces[dtype].append(o.reshape(-1))
+                offsets[dtype] += o.size
+            layout.append((out_def, where))
+        return tuple(jnp.concatenate(pieces[d]) for d in dtypes)
 
-    arrays = [leaves[i] for i in dynamic]
-    split, whole = P(spread.axes), P()
-    if explicit:
-        # Sharding in types: the operands are given the shardings the `shard_map`
-        # expects (on the mesh's other axes, replicated).
-        arrays = [jax.sharding.reshard(x, NamedSharding(mesh, whole)) for x in arrays]
-        stacks = [jax.sharding.reshard(s, NamedSharding(mesh, split)) for s in stacks]
-    out = jax.shard_map(
+    vectors = jax.shard_map(
         body,
         mesh=mesh,
-        in_specs=(whole,) + (split,) * len(stacks),
+        in_specs=(whole,) + (split,) * sum(counts),
         out_specs=split,
         axis_names=frozenset(spread.axes),
-        # `call` is written for any context (its loops start from constants, which
-        # the varying-axes check would have it mark as device-varying); every output
-        # is split, so nothing is claimed replicated that is not.
+        # A `call` is written for any context (its loops start from constants,
+        # which the varying-axes check would have it mark as device-varying); every
+        # output is split, so nothing is claimed replicated that is not.
         check_vma=False,
-    )(arrays, *stacks)
-    replicated = NamedSharding(mesh, whole)
+    )(arrays, *(s for stacks in padded for s in stacks))
     if explicit:
-        out = jax.tree.map(lambda o: jax.sharding.reshard(o, replicated), out)
+        vectors = [jax.sharding.reshard(v, replicated) for v in vectors]
     else:
-        out = jax.tree.map(
-            lambda o: jax.lax.with_sharding_constraint(o, replicated), out
-        )
-    if pad:
-        out = jax.tree.map(lambda o: o[:n], out)
-    return out
+        vectors = [jax.lax.with_sharding_constraint(v, replicated) for v in vectors]
+    # Device d's results, of every call, are row d.
+    rows = {d: v.reshape(size, -1) for d, v in zip(dtypes, vectors)}
+    outs = []
+    for n, (out_def, where) in zip(lengths, layout):
+        out_leaves = []
+        for dtype, shape, offset in where:
+            numel = math.prod(shape)
+            piece = rows[dtype][:, offset : offset + numel]
+            whole_stack = piece.reshape((size * shape[0],) + tuple(shape[1:]))
+            out_leaves.append(whole_stack[:n])
+        outs.append(jax.tree.unflatten(out_def, out_leaves))
+    return outs
