@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 import equinox as eqx
 from jaxtyping import Array, Bool, Int32
 
+from .._core.base import AbstractSolver
 from .common import Problem
 
 
@@ -55,16 +56,16 @@ class Carry(eqx.Module):
 MAX_TRIALS = 64
 
 
-class AbstractLeastSquaresSolver(eqx.Module):
+class AbstractLeastSquaresSolver(AbstractSolver):
     """A solver of `eqxopt.least_squares`: `jac` and `x_scale` (SciPy's), and two
-    methods."""
+    methods. It needs the residuals and their Jacobian, or with `jac="matrix-free"`
+    Jacobian products only (`Problem`)."""
 
     jac: eqx.AbstractVar[str]
     x_scale: eqx.AbstractVar[Any]
 
-    @property
-    def bounds_aware(self) -> bool:
-        return False
+    solves = "residuals"
+    real_only = "fit the real and imaginary parts as two real arrays"
 
     @abc.abstractmethod
     def start(self, problem: Problem, carry: Carry, options: Options) -> Carry:

@@ -19,10 +19,10 @@ from jaxtyping import PyTree
 from .._bounds import broadcast_bounds, check_bounds
 from .._minimize.loop import CPU_OPTIONS, loops, Progress, while_loop
 from .._minimize.solution import error_if_failed, RESULTS, Solution, succeeded
+from .._minimize.solve import check_options, check_solver
 from .._misc import hashable, is_param
 from .base import AbstractLeastSquaresSolver, Carry, Options
 from .common import make_strictly_feasible, Problem
-from .lm import LevenbergMarquardt
 from .trf import TrustRegionReflective
 
 
@@ -313,11 +313,6 @@ def _check_y0(y0):
             "fit (only its inexact arrays are fitted). Pass e.g. "
             "`jnp.asarray(y0, float)`."
         )
-    if any(jnp.iscomplexobj(x) for x in leaves):
-        raise ValueError(
-            "eqxopt.least_squares: complex parameters are not supported; fit the real "
-            "and imaginary parts as two real arrays."
-        )
 
 
 def least_squares(
@@ -413,35 +408,26 @@ def least_squares(
     """
     if solver is None:
         solver = TrustRegionReflective()
-    if not isinstance(solver, AbstractLeastSquaresSolver):
-        raise ValueError(
-            "eqxopt.least_squares: `solver` must be `eqxopt.TrustRegionReflective()`, "
-            f"`eqxopt.LevenbergMarquardt()` or None, got {type(solver).__name__}."
-        )
-    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)):
-        raise ValueError(
-            f"eqxopt.least_squares: `max_steps` must be an int >= 0, got {max_steps!r}."
-        )
-    if max_steps < 0:
-        raise ValueError(
-            f"eqxopt.least_squares: `max_steps` must be an int >= 0, got {max_steps}."
-        )
-    if adjoint not in _ADJOINTS:
-        raise ValueError(
-            "eqxopt.least_squares: `adjoint` must be 'implicit' or 'unrolled', got "
-            f"{adjoint!r}."
-        )
-    for name, tol in (("ftol", ftol), ("xtol", xtol), ("gtol", gtol)):
-        if not float(tol) >= 0:
-            raise ValueError(f"eqxopt.least_squares: `{name}` must be >= 0, got {tol}.")
+    check_solver(
+        "eqxopt.least_squares",
+        "solver",
+        solver,
+        ("residuals",),
+        "`eqxopt.TrustRegionReflective()`, `eqxopt.LevenbergMarquardt()` or None",
+        bounds=bounds,
+        y0=y0,
+    )
+    check_options(
+        "eqxopt.least_squares",
+        max_steps,
+        adjoint,
+        _ADJOINTS,
+        ftol=ftol,
+        xtol=xtol,
+        gtol=gtol,
+    )
     _check_y0(y0)
     if bounds is not None:
-        if isinstance(solver, LevenbergMarquardt):
-            raise ValueError(
-                "eqxopt.least_squares: `LevenbergMarquardt` does not take `bounds` "
-                "(MINPACK's method is unconstrained); use "
-                "`eqxopt.TrustRegionReflective()`."
-            )
         check_bounds(bounds, eqx.filter(y0, is_param))
     tracing = type(find_top_trace(())) is not _EVAL_TRACE
     if tracing and adjoint == "implicit":

@@ -233,6 +233,10 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
     jac: str = eqx.field(default="auto", static=True)
     x_scale: Any = 1.0
 
+    refuses_bounds = (
+        "MINPACK's method is unconstrained; use `eqxopt.TrustRegionReflective()`"
+    )
+
     def __check_init__(self):
         check_solver_options("LevenbergMarquardt", self.jac, self.x_scale)
 

@@ -108,9 +108,7 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
     def __check_init__(self):
         check_solver_options("TrustRegionReflective", self.jac, self.x_scale)
 
-    @property
-    def bounds_aware(self) -> bool:
-        return True
+    bounds_aware = True
 
     def _scaled_gnorm(self, problem: Problem, x, g):
         if problem.lower is None:

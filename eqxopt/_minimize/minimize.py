@@ -1,5 +1,6 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
+import typing
 from collections.abc import Callable
 from typing import Any, NamedTuple, no_type_check
 
@@ -41,8 +42,8 @@ from .linesearch import (
     select,
 )
 from .loop import CPU_OPTIONS, loops, Progress as _Progress, while_loop
-from .newton_cg import NewtonCG
 from .solution import error_if_failed, RESULTS, Solution, succeeded
+from .solve import check_options, check_solver
 
 
 _ADJOINTS = ("unrolled", "implicit")
@@ -194,7 +195,7 @@ class _Problem(eqx.Module):
     def bound_aware(self) -> bool:
         """Whether the optimizer takes the bounds into its model (else each step is
         projected onto the box)."""
-        return isinstance(self.optimizer, LBFGSB)
+        return self.optimizer.bounds_aware
 
     def loss_and_aux(self, y, has_aux):
         """`(loss, aux)` at `y`. Through one cached `jax.jit` of `fn`, so that `fn` is
@@ -266,7 +267,7 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
         fixed = _at_fixed_point(optimizer, (y, state), (carry.y, carry.state))
         no_decrease = select(fixed, carry.no_decrease + 1, 0)
         stalled = no_decrease >= _MAX_NO_DECREASE
-    elif isinstance(optimizer, NewtonCG):
+    elif optimizer.rejects_steps:
         # A rejected trial step leaves `y` and shrinks the trust region: not a step
         # without decrease; the optimizer says when it can no longer move `y`.
         failed = evaluation.failed
@@ -305,9 +306,9 @@ def _cached(problem: _Problem):
     evaluates `fn` and its gradient at the projection of each trial point (see
     `ProjectedLoss`), and the new point is the projection of the accepted one."""
     optimizer = problem.optimizer
-    if not isinstance(optimizer, AbstractLineSearchOptimizer):
+    if not optimizer.evaluates_loss:
         return None
-    return optimizer.last_evaluation
+    return typing.cast(AbstractLineSearchOptimizer, optimizer).last_evaluation
 
 
 def _at_fixed_point(optimizer: AbstractOptimizer, new, old) -> Bool[Array, ""]:
@@ -475,8 +476,8 @@ def _run(problem: _Problem, y0, options: _Options):
         "num_fevals": num_fevals,
         "history": history,
     }
-    if isinstance(problem.optimizer, NewtonCG):
-        stats["num_hvps"] = carry.state.num_hvps
+    for name in problem.optimizer.state_stats:
+        stats[name] = getattr(carry.state, name)
     return y, (f, aux, carry.state, result, stats), g
 
 
@@ -1107,7 +1108,7 @@ def minimize(
         assert sol.result == eqxopt.RESULTS.successful and jnp.allclose(sol.value, 1.0)
         ```
     """
-    if constraints is not None and not isinstance(optimizer, AugmentedLagrangian):
+    if constraints is not None and getattr(optimizer, "solves", None) != "constraints":
         raise ValueError(
             "eqxopt.minimize: `constraints` are solved by "
             "`eqxopt.AugmentedLagrangian()` (pass it as the optimizer; its `inner=` "
@@ -1118,47 +1119,23 @@ def minimize(
             "eqxopt.minimize: `constraints` must be an `eqxopt.Constraints(eq=..., "
             f"ineq=...)`, got {type(constraints).__name__}."
         )
-    solver: Any = optimizer
-    if isinstance(optimizer, AugmentedLagrangian):
-        if constraints is None:
-            constraints = Constraints()
-        solver = _Constrained(optimizer, constraints)
-    elif not isinstance(optimizer, AbstractOptimizer):
-        raise ValueError(
-            "eqxopt.minimize: `optimizer` must be an eqxopt optimizer (an "
-            f"`eqxopt.AbstractOptimizer`), got {type(optimizer).__name__}; wrap an "
-            "Optax transformation with `eqxopt.from_optax`."
-        )
-    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)):
-        raise ValueError(
-            f"eqxopt.minimize: `max_steps` must be an int >= 0, got {max_steps!r}."
-        )
-    if max_steps < 0:
-        raise ValueError(
-            f"eqxopt.minimize: `max_steps` must be an int >= 0, got {max_steps}."
-        )
-    if adjoint not in _ADJOINTS:
-        raise ValueError(
-            f"eqxopt.minimize: `adjoint` must be 'unrolled' or 'implicit', got "
-            f"{adjoint!r}."
-        )
-    for name, tol in (("rtol", rtol), ("atol", atol)):
-        if not float(tol) >= 0:
-            raise ValueError(f"eqxopt.minimize: `{name}` must be >= 0, got {tol}.")
+    kind = check_solver(
+        "eqxopt.minimize",
+        "optimizer",
+        optimizer,
+        ("loss", "constraints"),
+        "an eqxopt optimizer (an `eqxopt.AbstractOptimizer`; wrap an Optax "
+        "transformation with `eqxopt.from_optax`)",
+        bounds=bounds,
+        y0=y0,
+    )
+    check_options(
+        "eqxopt.minimize", max_steps, adjoint, _ADJOINTS, rtol=rtol, atol=atol
+    )
     _check_y0(y0)
-    if isinstance(solver, _Constrained) and any(
-        jnp.iscomplexobj(x) for x in _leaves(y0)
-    ):
-        raise ValueError(
-            "eqxopt.minimize: `AugmentedLagrangian` takes real `y0` only (constraints "
-            "are real); split complex leaves into real and imaginary parts."
-        )
-    if bounds is not None and isinstance(solver, NewtonCG):
-        raise ValueError(
-            "eqxopt.minimize: `NewtonCG` takes no `bounds` (its trust region is a "
-            "ball around the point, not a box); use `eqxopt.LBFGSB()` for box "
-            "constraints."
-        )
+    solver: Any = optimizer
+    if kind == "constraints":
+        solver = _Constrained(optimizer, constraints or Constraints())
     if bounds is not None:  # validate here, where concrete bounds can be checked
         check_bounds(bounds, eqx.filter(y0, is_param))
     options = _Options(
