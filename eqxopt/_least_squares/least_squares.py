@@ -4,30 +4,25 @@ from collections.abc import Callable
 from typing import Any, no_type_check
 
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
-import optimistix as optx
-from jax.core import Tracer
-from jax.extend.core import find_top_trace
 from jax.flatten_util import ravel_pytree
 from jaxtyping import PyTree
 
 from .._bounds import broadcast_bounds, check_bounds
-from .._minimize.loop import CPU_OPTIONS, loops, Progress, while_loop
-from .._minimize.solution import error_if_failed, RESULTS, Solution, succeeded
-from .._minimize.solve import check_options, check_solver
-from .._misc import hashable, is_param
+from .._minimize.loop import loops, Progress, while_loop
+from .._minimize.solution import error_if_failed, RESULTS, Solution
+from .._minimize.solve import ADJOINTS, check_options, check_solver, jit_solve
+from .._misc import is_param
 from .base import AbstractLeastSquaresSolver, Carry, Options
 from .common import make_strictly_feasible, Problem
 from .trf import TrustRegionReflective
 
 
 _ADJOINTS = ("implicit", "unrolled")
-_EVAL_TRACE = type(find_top_trace(()))
 
 
 class _Residuals(eqx.Module):
@@ -242,13 +237,10 @@ def _solve(fn, solver, y0, args, bounds, options, throw_inside, adjoint):
         x0 = jnp.clip(x0, lower, upper)
         x0 = make_strictly_feasible(x0, lower, upper, rstep=1e-10)
     inputs = (residuals, solver, lower, upper, x0, options)
-    if adjoint == "implicit":
-        tags = frozenset({lx.symmetric_tag}) if bounds is None else frozenset()
-        x, (cost, aux, J, state, r_flat, result, stats) = optx.internal.implicit_jvp(
-            _primal, _rewrite, inputs, tags, lx.AutoLinearSolver(well_posed=None)
-        )
-    else:
-        x, (cost, aux, J, state, r_flat, result, stats) = _primal(inputs)
+    tags = frozenset({lx.symmetric_tag}) if bounds is None else frozenset()
+    x, (cost, aux, J, state, r_flat, result, stats) = adjoint.solve(
+        _primal, _rewrite, inputs, tags
+    )
     # The residuals, cost and aux at the solution are the loop's (no new evaluation
     # of `fn`); their derivatives are those of `fn` at the solution.
     r_tree = _unflatten_like(jax.eval_shape(lambda x: residuals.tree(x)[0], x0), r_flat)
@@ -267,42 +259,6 @@ def _solve(fn, solver, y0, args, bounds, options, throw_inside, adjoint):
     if throw_inside:
         sol = error_if_failed(sol, result, "eqxopt.least_squares")
     return sol
-
-
-def _jit_body(dynamic, static, *rest):
-    """`_solve` on the inputs split by `_call`: as `eqx.filter_jit`, arrays traced,
-    the rest (and the `Solution`'s non-array leaves) static."""
-    treedef, leaves = static
-    leaves = [s if d is None else d for d, s in zip(dynamic, leaves)]
-    fn, solver, y0, args, bounds = jtu.tree_unflatten(treedef, leaves)
-    sol = _solve(fn, solver, y0, args, bounds, *rest)
-    arrays, others = eqx.partition(sol, eqx.is_array)
-    return arrays, eqxi.Static(others)
-
-
-# As `minimize`'s: only a top-level `jax.jit` takes compiler options (the CPU ones
-# that compile this loop of small kernels about twice as fast, benchmarks/README.md);
-# inside an outer trace the solve is traced by the plain one.
-_solve_jit = {
-    "top": jax.jit(
-        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=CPU_OPTIONS
-    ),
-    "nested": jax.jit(_jit_body, static_argnums=(1, 2, 3, 4)),
-}
-
-
-def _call(fn, solver, y0, args, bounds, options, throw_inside, adjoint, traced):
-    leaves, treedef = jtu.tree_flatten((fn, solver, y0, args, bounds))
-    arrays = [eqx.is_array(x) for x in leaves]
-    dynamic = [x if a else None for x, a in zip(leaves, arrays)]
-    static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
-    if not hashable(static):  # `filter_jit` names the leaf that cannot be hashed
-        return eqx.filter_jit(_solve)(
-            fn, solver, y0, args, bounds, options, throw_inside, adjoint
-        )
-    jitted = _solve_jit["nested" if traced else "top"]
-    arrays, others = jitted(dynamic, static, options, throw_inside, adjoint)
-    return eqx.combine(arrays, others.value)
 
 
 def _check_y0(y0):
@@ -429,12 +385,6 @@ def least_squares(
     _check_y0(y0)
     if bounds is not None:
         check_bounds(bounds, eqx.filter(y0, is_param))
-    tracing = type(find_top_trace(())) is not _EVAL_TRACE
-    if tracing and adjoint == "implicit":
-        fn = eqx.filter_closure_convert(fn, y0, args)
-    leaves = jtu.tree_leaves((fn, solver, y0, args, bounds))
-    traced = tracing or any(isinstance(x, Tracer) for x in leaves)
-    throw_inside = bool(throw) and traced
     options = Options(
         int(max_steps),
         float(ftol),
@@ -442,9 +392,13 @@ def least_squares(
         float(gtol),
         bool(has_aux),
         bool(progress),
-        traced and adjoint == "unrolled",
     )
-    sol = _call(fn, solver, y0, args, bounds, options, throw_inside, adjoint, traced)
-    if throw and not traced and not succeeded(sol.result):
-        raise eqx.EquinoxRuntimeError("eqxopt.least_squares: " + RESULTS[sol.result])
-    return sol
+    return jit_solve(
+        "eqxopt.least_squares",
+        "solver",
+        _solve,
+        (fn, solver, y0, args, bounds),
+        options,
+        bool(throw),
+        ADJOINTS[adjoint],
+    )

@@ -5,16 +5,12 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, no_type_check
 
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
-import optimistix as optx
-from jax.core import Tracer
-from jax.extend.core import find_top_trace
 from jaxtyping import Array, Bool, Int32, PyTree
 
 from .._bounds import (
@@ -26,7 +22,6 @@ from .._bounds import (
 from .._core.base import AbstractOptimizer
 from .._misc import (
     compute_dtype,
-    hashable,
     is_param,
     real_dtype,
     strong,
@@ -41,14 +36,12 @@ from .linesearch import (
     ProjectedLoss,
     select,
 )
-from .loop import CPU_OPTIONS, loops, Progress as _Progress, while_loop
-from .solution import error_if_failed, RESULTS, Solution, succeeded
-from .solve import check_options, check_solver
+from .loop import loops, Progress as _Progress, while_loop
+from .solution import error_if_failed, RESULTS, Solution
+from .solve import ADJOINTS, check_options, check_solver, jit_solve
 
 
 _ADJOINTS = ("unrolled", "implicit")
-# The trace that runs outside any transformation (`jit`, `grad`, `vmap`).
-_EVAL_TRACE = type(find_top_trace(()))
 
 
 def _split(fn, has_aux):
@@ -497,7 +490,10 @@ def _leaves(tree):
     return [x for x in jtu.tree_leaves(tree) if is_param(x)]
 
 
-def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
+def _start(y0, bounds, throw_inside):
+    """`(y_dyn, y_static, bounds)`: `y0` split into the leaves that are optimized
+    (strongly typed) and the rest, the bounds broadcast to `y_dyn` (checked inside the
+    computation when they are traced) and `y_dyn` projected into the box."""
     y_dyn, y_static = eqx.partition(y0, is_param)
     y_dyn = jtu.tree_map(strong, y_dyn)
     if bounds is not None:
@@ -532,45 +528,22 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
                 ],
             )
         y_dyn = project(y_dyn, *bounds)
-    if isinstance(optimizer, _Constrained):
-        inputs = (fn, optimizer, y_dyn, y_static, args, bounds, options)
-        if adjoint == "implicit":
-            root, (loss, aux, state, result, stats) = optx.internal.implicit_jvp(
-                _constrained_primal,
-                _kkt,
-                inputs,
-                frozenset(),
-                lx.AutoLinearSolver(well_posed=None),
-            )
-        else:
-            root, (loss, aux, state, result, stats) = _constrained_primal(inputs)
-        y, eq, ineq = root
-        refs = _constraint_refs(optimizer.constraints, y_dyn, y_static, args)
-        sol = Solution(
-            value=eqx.combine(y, y_static),
-            loss=loss,
-            aux=aux,
-            state=state,
-            result=result,
-            stats=stats,
-            multipliers={"eq": _unflat(eq, refs[0]), "ineq": _unflat(ineq, refs[1])},
-        )
-        if throw_inside:
-            sol = error_if_failed(sol, result, "eqxopt.minimize")
-        return sol
+    return y_dyn, y_static, bounds
+
+
+def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
+    """A solve of `minimize` without constraints (inside `jit_solve`'s `jit`)."""
+    y_dyn, y_static, bounds = _start(y0, bounds, throw_inside)
     problem = _Problem(fn, optimizer, y_static, args, bounds)
-    inputs = (problem, y_dyn, options)
-    if adjoint == "implicit":
-        tags = frozenset() if bounds is not None else frozenset({lx.symmetric_tag})
-        y, (loss, aux, state, result, stats) = optx.internal.implicit_jvp(
-            _primal, _rewrite, inputs, tags, lx.AutoLinearSolver(well_posed=None)
-        )
+    tags = frozenset() if bounds is not None else frozenset({lx.symmetric_tag})
+    y, (loss, aux, state, result, stats) = adjoint.solve(
+        _primal, _rewrite, (problem, y_dyn, options), tags
+    )
+    if not adjoint.through_loop:
         # Recompute the loss and aux outside the custom derivative, so that they are
         # differentiable too (through `y` and `args`).
         loss, aux = problem.loss_and_aux(y, options.has_aux)
         stats = dict(stats, num_fevals=stats["num_fevals"] + 1)
-    else:
-        y, (loss, aux, state, result, stats) = _primal(inputs)
     sol = Solution(
         value=eqx.combine(y, y_static),
         loss=loss,
@@ -578,6 +551,31 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
         state=state,
         result=result,
         stats=stats,
+    )
+    if throw_inside:
+        sol = error_if_failed(sol, result, "eqxopt.minimize")
+    return sol
+
+
+def _solve_constrained(
+    fn, constrained, y0, args, bounds, options, throw_inside, adjoint
+):
+    """A solve of `minimize` with constraints (inside `jit_solve`'s `jit`)."""
+    y_dyn, y_static, bounds = _start(y0, bounds, throw_inside)
+    inputs = (fn, constrained, y_dyn, y_static, args, bounds, options)
+    root, (loss, aux, state, result, stats) = adjoint.solve(
+        _constrained_primal, _kkt, inputs, frozenset()
+    )
+    y, eq, ineq = root
+    refs = _constraint_refs(constrained.constraints, y_dyn, y_static, args)
+    sol = Solution(
+        value=eqx.combine(y, y_static),
+        loss=loss,
+        aux=aux,
+        state=state,
+        result=result,
+        stats=stats,
+        multipliers={"eq": _unflat(eq, refs[0]), "ineq": _unflat(ineq, refs[1])},
     )
     if throw_inside:
         sol = error_if_failed(sol, result, "eqxopt.minimize")
@@ -902,81 +900,6 @@ def _kkt(root, residual, inputs):
     return grad, h, jnp.minimum(c, mu)
 
 
-def _jit_body(dynamic, static, *rest):
-    """`_solve` on the inputs split by `_minimize`. The `Solution`'s non-array leaves
-    (those of `y0`, as an `eqx.nn.MLP`'s activation functions) leave the `jit` as
-    static output, as in `eqx.filter_jit`."""
-    treedef, leaves = static
-    leaves = [s if d is None else d for d, s in zip(dynamic, leaves)]
-    fn, optimizer, y0, args, bounds = jtu.tree_unflatten(treedef, leaves)
-    sol = _solve(fn, optimizer, y0, args, bounds, *rest)
-    arrays, others = eqx.partition(sol, eqx.is_array)
-    return arrays, eqxi.Static(others)
-
-
-# Only a top-level `jax.jit` takes compiler options: inside an outer trace (`jit`,
-# `vmap`, `grad`), the solve is traced by the plain one.
-_solve_jit = {
-    "top": jax.jit(
-        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=CPU_OPTIONS
-    ),
-    "nested": jax.jit(_jit_body, static_argnums=(1, 2, 3, 4)),
-}
-
-
-def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solution:
-    """`_solve` under `jit` (as `eqx.filter_jit`: arrays traced, the rest static).
-
-    Under an outer transformation (`jit`, `vmap`, `grad`; even when no input is a
-    tracer, as `fn` may close over one) a failure raises through `eqx.error_if`
-    inside the computation; called eagerly, the result is checked here, after the
-    solve, and raised as an `eqx.EquinoxRuntimeError`."""
-    # Under a transformation (`jit`, `grad`, `vmap`) `fn` may close over its tracers
-    # even when no input is one. The implicit adjoint differentiates through `fn`'s
-    # inputs only: its closed-over tracers become leaves of `fn` (as optimistix does).
-    tracing = type(find_top_trace(())) is not _EVAL_TRACE
-    if tracing and adjoint == "implicit":
-        fn = eqx.filter_closure_convert(fn, y0, args)
-    # One flatten (cheaper than `eqx.partition`): arrays are traced, the rest static.
-    leaves, treedef = jtu.tree_flatten((fn, optimizer, y0, args, bounds))
-    arrays = [eqx.is_array(x) for x in leaves]
-    traced = tracing or any(isinstance(x, Tracer) for x in leaves)
-    throw_inside = throw and traced
-    # Reverse mode can reach the loops only through a traced call with the unrolled
-    # adjoint (an eager call's result is concrete; the implicit adjoint's primal is
-    # never differentiated): else they are plain loops, faster to trace and compile.
-    options = options._replace(differentiable=traced and adjoint == "unrolled")
-    dynamic = [x if a else None for x, a in zip(leaves, arrays)]
-    static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
-    rest = (options, throw_inside, adjoint)
-    if not hashable(static):
-        _raise_unhashable(fn, optimizer, y0, args, bounds)
-    arrays, others = _solve_jit["nested" if traced else "top"](dynamic, static, *rest)
-    sol = eqx.combine(arrays, others.value)
-    if throw and not traced and not succeeded(sol.result):
-        raise eqx.EquinoxRuntimeError("eqxopt.minimize: " + RESULTS[sol.result])
-    return sol
-
-
-def _raise_unhashable(fn, optimizer, y0, args, bounds):
-    """The non-array parts of the inputs are the compilation key: name the first one
-    that cannot be hashed."""
-    inputs = dict(fn=fn, optimizer=optimizer, y0=y0, args=args, bounds=bounds)
-    for name, value in inputs.items():
-        for path, leaf in jtu.tree_leaves_with_path(value):
-            if not eqx.is_array(leaf) and not hashable(leaf):
-                raise ValueError(
-                    f"eqxopt.minimize: `{name}{jtu.keystr(path)}` is a non-array leaf "
-                    "(a static part of the compilation key, as in "
-                    "`equinox.filter_jit`) that cannot be hashed: "
-                    f"{type(leaf).__name__}. Pass arrays, hashable values, or a PyTree "
-                    "(e.g. an `eqx.Module`) instead."
-                )
-    # (A PyTree structure hashed even with unhashable static data in a node, a list
-    # in an `eqx.field(static=True)` or a registered node's aux data: jax 0.10.2.)
-    raise AssertionError("eqxopt.minimize: unhashable inputs, but no unhashable leaf")
-
-
 def _check_y0(y0):
     if not _leaves(y0):
         kinds = sorted(
@@ -1133,12 +1056,22 @@ def minimize(
         "eqxopt.minimize", max_steps, adjoint, _ADJOINTS, rtol=rtol, atol=atol
     )
     _check_y0(y0)
-    solver: Any = optimizer
-    if kind == "constraints":
-        solver = _Constrained(optimizer, constraints or Constraints())
     if bounds is not None:  # validate here, where concrete bounds can be checked
         check_bounds(bounds, eqx.filter(y0, is_param))
     options = _Options(
         int(max_steps), float(rtol), float(atol), bool(has_aux), bool(progress)
     )
-    return _minimize(fn, solver, y0, args, bounds, options, bool(throw), adjoint)
+    solve, solver = _solve, optimizer
+    if kind == "constraints":
+        solve = _solve_constrained
+        method = typing.cast(AugmentedLagrangian, optimizer)
+        solver = _Constrained(method, constraints or Constraints())
+    return jit_solve(
+        "eqxopt.minimize",
+        "optimizer",
+        solve,
+        (fn, solver, y0, args, bounds),
+        options,
+        bool(throw),
+        ADJOINTS[adjoint],
+    )

@@ -1,14 +1,27 @@
 """What [`eqxopt.minimize`][] and [`eqxopt.least_squares`][] share: the checks of
 their arguments, which read what a solver declares (`AbstractSolver`'s class-level
-facts) instead of testing its class."""
+facts) instead of testing its class; the adjoints, objects the solve calls around its
+loop; and the one `jit` entry, which compiles a solve and turns its result into an
+error when it failed."""
 
-from typing import Any
+import abc
+from collections.abc import Callable
+from typing import Any, ClassVar
 
+import equinox as eqx
+import equinox.internal as eqxi
+import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
+import lineax as lx
 import numpy as np
+import optimistix as optx
+from jax.core import Tracer
+from jax.extend.core import find_top_trace
 
-from .._misc import is_param
+from .._misc import hashable, is_param
+from .loop import CPU_OPTIONS
+from .solution import RESULTS, Solution, succeeded
 
 
 # What each kind of problem is solved by, for the error of a solver given to the
@@ -76,3 +89,144 @@ def check_options(
     for name, tol in tols.items():
         if not float(tol) >= 0:
             raise ValueError(f"{entry}: `{name}` must be >= 0, got {tol}.")
+
+
+class AbstractAdjoint(eqx.Module):
+    """How the solution of a solve is differentiated with respect to its inputs. The
+    solve calls `prepare` on `fn` before tracing it and `solve` on its loop."""
+
+    # Whether derivatives go through the loop: then a traced solve's loops must be
+    # reverse-differentiable, and the loop's outputs carry derivatives.
+    through_loop: ClassVar[bool]
+
+    def prepare(self, fn: Callable, y0: Any, args: Any, tracing: bool) -> Callable:
+        """`fn` as the solve traces it (`tracing`: called under a JAX transformation,
+        whose tracers `fn` may close over)."""
+        del y0, args, tracing
+        return fn
+
+    @abc.abstractmethod
+    def solve(
+        self, primal: Callable, rewrite: Callable, inputs: Any, tags: frozenset
+    ) -> Any:
+        """`primal(inputs) -> (root, residual)`, differentiable with respect to
+        `inputs`. `rewrite(root, residual, inputs)` is zero at the solution (the
+        optimality condition); `tags`: lineax's tags of its Jacobian in `root`."""
+
+
+class Unrolled(AbstractAdjoint):
+    """Differentiate through the loop (checkpointed: see `loop.while_loop`)."""
+
+    through_loop = True
+
+    def solve(self, primal, rewrite, inputs, tags):
+        del rewrite, tags
+        return primal(inputs)
+
+
+class Implicit(AbstractAdjoint):
+    """The implicit function theorem at the solution: the derivative of the root is
+    that of `rewrite(root, ...) = 0`, solved with lineax (optimistix's
+    `ImplicitAdjoint`). The loop is never differentiated."""
+
+    through_loop = False
+
+    def prepare(self, fn, y0, args, tracing):
+        # `fn`'s closed-over tracers become its leaves, inputs of the custom
+        # derivative (as optimistix does).
+        return eqx.filter_closure_convert(fn, y0, args) if tracing else fn
+
+    def solve(self, primal, rewrite, inputs, tags):
+        return optx.internal.implicit_jvp(
+            primal, rewrite, inputs, tags, lx.AutoLinearSolver(well_posed=None)
+        )
+
+
+ADJOINTS: dict[str, AbstractAdjoint] = {
+    "unrolled": Unrolled(),
+    "implicit": Implicit(),
+}
+
+
+# The trace that runs outside any transformation (`jit`, `grad`, `vmap`).
+_EVAL_TRACE = type(find_top_trace(()))
+
+
+def _jit_body(solve, dynamic, static, *rest):
+    """`solve` on the inputs split by `jit_solve`. The `Solution`'s non-array leaves
+    (those of `y0`, as an `eqx.nn.MLP`'s activation functions) leave the `jit` as
+    static output, as in `eqx.filter_jit`."""
+    treedef, leaves = static
+    leaves = [s if d is None else d for d, s in zip(dynamic, leaves)]
+    sol = solve(*jtu.tree_unflatten(treedef, leaves), *rest)
+    arrays, others = eqx.partition(sol, eqx.is_array)
+    return arrays, eqxi.Static(others)
+
+
+# Only a top-level `jax.jit` takes compiler options: inside an outer trace (`jit`,
+# `vmap`, `grad`), the solve is traced by the plain one.
+_JIT = {
+    "top": jax.jit(
+        _jit_body, static_argnums=(0, 2, 3, 4, 5), compiler_options=CPU_OPTIONS
+    ),
+    "nested": jax.jit(_jit_body, static_argnums=(0, 2, 3, 4, 5)),
+}
+
+
+def jit_solve(
+    entry: str,
+    solver_name: str,
+    solve: Callable,
+    inputs: tuple[Any, Any, Any, Any, Any],
+    options: Any,
+    throw: bool,
+    adjoint: AbstractAdjoint,
+) -> Solution:
+    """`solve(fn, solver, y0, args, bounds, options, throw_inside, adjoint)` under
+    `jit`, as `eqx.filter_jit` (arrays traced, the rest static: the compilation key).
+
+    Under an outer transformation (`jit`, `vmap`, `grad`; even when no input is a
+    tracer, as `fn` may close over one) a failure raises through `eqx.error_if`
+    inside the computation; called eagerly, the result is checked here, after the
+    solve, and raised as an `eqx.EquinoxRuntimeError` prefixed with `entry`.
+    `options` is a `NamedTuple` with a `differentiable` field, set here: reverse mode
+    can reach the loops only through a traced call whose adjoint goes through them
+    (an eager call's result is concrete); else they are plain loops, faster to trace
+    and compile."""
+    fn, solver, y0, args, bounds = inputs
+    tracing = type(find_top_trace(())) is not _EVAL_TRACE
+    fn = adjoint.prepare(fn, y0, args, tracing)
+    # One flatten (cheaper than `eqx.partition`): arrays are traced, the rest static.
+    leaves, treedef = jtu.tree_flatten((fn, solver, y0, args, bounds))
+    arrays = [eqx.is_array(x) for x in leaves]
+    traced = tracing or any(isinstance(x, Tracer) for x in leaves)
+    options = options._replace(differentiable=traced and adjoint.through_loop)
+    dynamic = [x if a else None for x, a in zip(leaves, arrays)]
+    static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
+    if not hashable(static):
+        names = ("fn", solver_name, "y0", "args", "bounds")
+        _raise_unhashable(entry, dict(zip(names, (fn, solver, y0, args, bounds))))
+    jitted = _JIT["nested" if traced else "top"]
+    arrays, others = jitted(solve, dynamic, static, options, throw and traced, adjoint)
+    sol = eqx.combine(arrays, others.value)
+    if throw and not traced and not succeeded(sol.result):
+        raise eqx.EquinoxRuntimeError(f"{entry}: " + RESULTS[sol.result])
+    return sol
+
+
+def _raise_unhashable(entry: str, inputs: dict[str, Any]):
+    """The non-array parts of the inputs are the compilation key: name the first one
+    that cannot be hashed."""
+    for name, value in inputs.items():
+        for path, leaf in jtu.tree_leaves_with_path(value):
+            if not eqx.is_array(leaf) and not hashable(leaf):
+                raise ValueError(
+                    f"{entry}: `{name}{jtu.keystr(path)}` is a non-array leaf "
+                    "(a static part of the compilation key, as in "
+                    "`equinox.filter_jit`) that cannot be hashed: "
+                    f"{type(leaf).__name__}. Pass arrays, hashable values, or a PyTree "
+                    "(e.g. an `eqx.Module`) instead."
+                )
+    # (A PyTree structure hashed even with unhashable static data in a node, a list
+    # in an `eqx.field(static=True)` or a registered node's aux data: jax 0.10.2.)
+    raise AssertionError(f"{entry}: unhashable inputs, but no unhashable leaf")
