@@ -13,11 +13,17 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import PyTree
 
 from .._bounds import broadcast_bounds, check_bounds
-from .._minimize.loop import loops, Progress, while_loop
-from .._minimize.solution import error_if_failed, RESULTS, Solution
-from .._minimize.solve import ADJOINTS, check_options, check_solver, jit_solve
+from .._minimize.solution import error_if_failed, Solution
+from .._minimize.solve import (
+    ADJOINTS,
+    Carry,
+    check_options,
+    check_solver,
+    jit_solve,
+    run_loop,
+)
 from .._misc import is_param
-from .base import AbstractLeastSquaresSolver, Carry, Options
+from .base import AbstractLeastSquaresSolver, Options
 from .common import make_strictly_feasible, Problem
 from .trf import TrustRegionReflective
 
@@ -95,68 +101,33 @@ def _problem(inputs) -> Problem:
 def _primal(inputs):
     residuals, solver, lower, upper, x0, options = inputs
     problem = _problem(inputs)
-    max_steps = options.max_steps
     r0, aux0 = problem.residuals(x0)
     J0, g0 = problem.jacobian_and_grad(x0, r0)
     cost0 = 0.5 * jnp.dot(r0, r0)
     finite0 = jnp.all(jnp.isfinite(r0)) & jnp.all(jnp.isfinite(g0))
     if J0 is not None:
         finite0 = finite0 & jnp.all(jnp.isfinite(J0))
-    int32 = lambda k: jnp.asarray(k, jnp.int32)
+    one = jnp.ones((), jnp.int32)
     false = jnp.zeros((), bool)
-    carry = Carry(
+    carry = Carry.start(
         x0,
-        r0,
-        aux0,
-        J0,
-        g0,
         cost0,
+        g0,
+        aux0,
         None,
-        int32(0),
-        int32(1),
-        int32(1),
-        false,
-        finite0,
-        false,
+        converged=false,
+        finite=finite0,
+        r=r0,
+        J=J0,
+        num_jevals=one,
     )
     carry = solver.start(problem, carry, options)
-    bar = Progress(max_steps, "least_squares") if options.progress else None
-    if bar is not None:
-        jax.debug.callback(bar.start, ordered=True)
-
-    def cond(c):
-        j, carry, _ = c
-        return ~carry.stop & (j < max_steps)
-
-    def body(c):
-        j, carry, history = c
-        history = history.at[j].set(carry.cost)
-        carry = solver.iterate(problem, carry, options)
-        if bar is not None:
-            jax.debug.callback(bar.update, carry.num_steps, carry.cost, ordered=True)
-        return j + 1, carry, history
-
-    history = jnp.full((max_steps,), jnp.nan, cost0.dtype)
-    if max_steps > 0:
-        with loops(options.differentiable):
-            _, carry, history = while_loop(
-                cond,
-                body,
-                (int32(0), carry, history),
-                max_steps=max_steps,
-                buffers=lambda c: c[2],
-            )
-    if bar is not None:
-        jax.debug.callback(bar.close, carry.num_steps, carry.cost, ordered=True)
-    R = RESULTS
-    result = R.where(
-        ~carry.finite,
-        R.nonfinite,
-        R.where(
-            carry.converged,
-            R.successful,
-            R.where(carry.stalled, R.precision_limit, R.max_steps_reached),
-        ),
+    carry, history = run_loop(
+        lambda carry: solver.iterate(problem, carry, options),
+        carry,
+        max_steps=options.max_steps,
+        differentiable=options.differentiable,
+        progress="least_squares" if options.progress else None,
     )
     stats = {
         "num_steps": carry.num_steps,
@@ -164,13 +135,13 @@ def _primal(inputs):
         "num_jevals": carry.num_jevals,
         "history": history,
     }
-    return carry.x, (
-        carry.cost,
+    return carry.y, (
+        carry.f,
         carry.aux,
         carry.J,
         carry.state,
         carry.r,
-        result,
+        carry.result,
         stats,
     )
 

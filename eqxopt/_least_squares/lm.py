@@ -13,7 +13,8 @@ import numpy as np
 from jaxtyping import Array
 
 from .._minimize.loop import while_loop
-from .base import AbstractLeastSquaresSolver, Carry, MAX_TRIALS, Options
+from .._minimize.solve import Carry
+from .base import AbstractLeastSquaresSolver, MAX_TRIALS, next_carry, Options
 from .common import (
     check_solver_options,
     is_tall,
@@ -251,7 +252,7 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
         return _gnorm(J, f, self._colnorm(J)) <= gtol
 
     def start(self, problem: Problem, carry: Carry, options: Options) -> Carry:
-        x, J = carry.x, carry.J
+        x, J = carry.y, carry.J
         if isinstance(self.x_scale, str):
             assert J is not None
             colnorm = self._colnorm(J)
@@ -261,11 +262,13 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
         xnorm = norm(diag * x)
         delta = jnp.where(xnorm == 0, _FACTOR, _FACTOR * xnorm).astype(x.dtype)
         state = LMState(delta, jnp.zeros_like(delta), diag, xnorm, jnp.ones((), bool))
+        assert carry.r is not None
         converged = self._gtol_ok(J, carry.r, carry.g, diag, options.gtol)
         return dataclasses.replace(carry, state=state, converged=converged)
 
     def iterate(self, problem: Problem, carry: Carry, options: Options) -> Carry:
-        x, f, J, cost = carry.x, carry.r, carry.J, carry.cost
+        x, f, J, cost = carry.y, carry.r, carry.J, carry.f
+        assert f is not None  # (a least-squares carry)
         state: LMState = carry.state
         n, m = x.size, f.size
         diag = state.diag
@@ -373,23 +376,19 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
         aux = jtu.tree_map(pick, aux_new, carry.aux)
         cost = pick(cost_new, cost)
         gtol_ok = self._gtol_ok(J, f, g, diag, options.gtol)
-        finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(g))
-        if J is not None:
-            finite = finite & jnp.all(jnp.isfinite(J))
-        return Carry(
-            x,
-            f,
-            aux,
-            J,
-            g,
-            cost,
-            LMState(delta, par, diag, xnorm, first),
-            carry.num_steps + success.astype(np.int32),
-            nfev,
-            carry.num_jevals + success.astype(np.int32),
-            term | gtol_ok,
-            finite,
-            ~success & ~term,
+        return next_carry(
+            carry,
+            success,
+            y=x,
+            r=f,
+            aux=aux,
+            J=J,
+            g=g,
+            f=cost,
+            state=LMState(delta, par, diag, xnorm, first),
+            num_fevals=nfev,
+            converged=term | gtol_ok,
+            stalled=~success & ~term,
         )
 
 

@@ -1,5 +1,7 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
+import dataclasses
+import functools as ft
 import typing
 from collections.abc import Callable
 from typing import Any, NamedTuple, no_type_check
@@ -36,9 +38,17 @@ from .linesearch import (
     ProjectedLoss,
     select,
 )
-from .loop import loops, Progress as _Progress, while_loop
+from .loop import loops
 from .solution import error_if_failed, RESULTS, Solution
-from .solve import ADJOINTS, check_options, check_solver, jit_solve
+from .solve import (
+    ADJOINTS,
+    Carry,
+    check_options,
+    check_solver,
+    jit_solve,
+    result_of,
+    run_loop,
+)
 
 
 _ADJOINTS = ("unrolled", "implicit")
@@ -110,39 +120,15 @@ def _all_finite(tree):
 class _Options(NamedTuple):
     """The static options of a solve (part of the compilation key; a tuple: built on
     every call, it costs a fraction of a Module's construction). `differentiable`:
-    whether reverse mode may differentiate the solve's loops (see `_loop.py`)."""
+    whether reverse mode may differentiate the solve's loops (see `loop.py`). An inner
+    solve of the augmented Lagrangian has a traced `atol`."""
 
     max_steps: int
     rtol: float
-    atol: float
+    atol: float | Array
     has_aux: bool
     progress: bool
     differentiable: bool = True
-
-
-class _Carry(eqx.Module):
-    """The state of the solve loop between steps. `g` is the gradient in the updates'
-    convention (conjugated for complex leaves, as Optax's); `converged` and `finite`
-    are `_check`'s verdicts at `y` (kept, so that the result needs no new
-    reductions: each costs compilation time)."""
-
-    y: PyTree
-    state: Any
-    f: Array
-    g: PyTree
-    aux: Any
-    num_steps: Int32[Array, ""]
-    num_fevals: Int32[Array, ""]
-    failed: Bool[Array, ""]
-    stalled: Bool[Array, ""]
-    no_decrease: Int32[Array, ""]
-    converged: Bool[Array, ""]
-    finite: Bool[Array, ""]
-
-    @property
-    def stop(self) -> Bool[Array, ""]:
-        """Whether the solve stops here (converged, non-finite, or halted)."""
-        return self.converged | ~self.finite | self.failed | self.stalled
 
 
 # A line search accepts a step without decrease only where rounding in the loss
@@ -216,7 +202,7 @@ class _Problem(eqx.Module):
         return ProjectedLoss(loss, *self.bounds)
 
 
-def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
+def _step(problem: _Problem, options: _Options, carry: Carry) -> Carry:
     """One optimizer step of the solve (the body of its loop)."""
     optimizer, has_aux = problem.optimizer, options.has_aux
     value_fn = problem.value_fn(has_aux)
@@ -250,6 +236,8 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
         )
         aux = carry.aux
         num_fevals = carry.num_fevals + evaluation.num_evals
+    no_decrease = carry.no_decrease
+    assert no_decrease is not None  # (a `minimize` carry)
     if evaluation is None or not (problem.bounds is None or problem.bound_aware):
         # A first-order step, or a projected method's: it stops at a fixed point.
         # (Along a path bent by the projection, a line search may accept steps
@@ -258,38 +246,35 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
         # would stop after 48, at a loss 1.4e-6 higher.)
         failed = jnp.zeros((), bool)
         fixed = _at_fixed_point(optimizer, (y, state), (carry.y, carry.state))
-        no_decrease = select(fixed, carry.no_decrease + 1, 0)
+        no_decrease = select(fixed, no_decrease + 1, 0)
         stalled = no_decrease >= _MAX_NO_DECREASE
     elif optimizer.rejects_steps:
         # A rejected trial step leaves `y` and shrinks the trust region: not a step
         # without decrease; the optimizer says when it can no longer move `y`.
         failed = evaluation.failed
-        no_decrease = carry.no_decrease
         stalled = evaluation.stalled
     else:
         failed = evaluation.failed
         # The optimizer says when its line search failed below the resolution of y;
         # else accepted steps that no longer decrease the loss are counted.
         same = ~failed & ~(f < carry.f)
-        no_decrease = select(same, carry.no_decrease + 1, 0)
+        no_decrease = select(same, no_decrease + 1, 0)
         stalled = evaluation.stalled | (no_decrease >= _MAX_NO_DECREASE)
     num_steps = select(failed, carry.num_steps, carry.num_steps + 1)
-    if bar is not None:
-        jax.debug.callback(bar.update, num_steps, f, ordered=True)
     converged, finite = _check(f, g, y, problem.bounds, options)
-    return _Carry(
-        y,
-        state,
-        f,
-        g,
-        aux,
-        num_steps,
-        num_fevals,
-        failed,
-        stalled,
-        no_decrease,
-        converged,
-        finite,
+    return Carry(
+        y=y,
+        f=f,
+        g=g,
+        aux=aux,
+        state=state,
+        num_steps=num_steps,
+        num_fevals=num_fevals,
+        converged=converged,
+        finite=finite,
+        stalled=stalled,
+        failed=failed,
+        no_decrease=no_decrease,
     )
 
 
@@ -385,93 +370,50 @@ def _primal(inputs):
 
 def _run(problem: _Problem, y0, options: _Options):
     """The solve's loop: `(y, (loss, aux, state, result, stats), grad)`."""
-    max_steps = options.max_steps
     (f0, aux0), g0 = problem.value_and_grad(y0, options.has_aux)
     state0 = problem.optimizer.init(y0)
     cached = _cached(problem)
     uses_cache = cached is not None and cached(state0) is not None
-    bar = _Progress(max_steps, "minimize") if options.progress else None
-    if bar is not None:
-        jax.debug.callback(bar.start, ordered=True)
-
-    # The `max_steps` iterations run as one bounded loop (checkpointed, so reverse-mode
-    # differentiable, where the solve can be differentiated) that stops as soon as the
-    # solve does: an iteration after convergence costs nothing, with no conditional
-    # (XLA would copy the whole carry through it). The history is a write-only buffer
-    # of the loop.
-    def cond(c):
-        j, carry, _ = c
-        return ~carry.stop & (j < max_steps)
-
-    def body(c):
-        j, carry, history = c
-        f = carry.f
-        carry = _step(problem, options, bar, carry)
-        # A failed line search returns a zero step: that step is not applied.
-        history = history.at[j].set(select(carry.failed, jnp.nan, f))
-        return j + 1, carry, history
-
-    int32 = lambda n: jnp.asarray(n, jnp.int32)
-    false = jnp.zeros((), bool)
     converged0, finite0 = _check(f0, g0, y0, problem.bounds, options)
-    carry = _Carry(
+    carry = Carry.start(
         y0,
-        state0,
         f0,
         g0,
         aux0,
-        int32(0),
-        int32(1),
-        false,
-        false,
-        int32(0),
-        converged0,
-        finite0,
+        state0,
+        converged=converged0,
+        finite=finite0,
+        no_decrease=jnp.zeros((), jnp.int32),
     )
-    if max_steps > 0:
-        history = jnp.full((max_steps,), jnp.nan, f0.dtype)
-        with loops(options.differentiable):  # the line searches' loops too
-            _, carry, history = while_loop(
-                cond,
-                body,
-                (jnp.zeros((), jnp.int32), carry, history),
-                max_steps=max_steps,
-                buffers=lambda c: c[2],
-            )
-    else:
-        history = jnp.zeros((0,), f0.dtype)
-    y, f, g, aux = carry.y, carry.f, carry.g, carry.aux
-    num_fevals = carry.num_fevals
-    converged, finite = carry.converged, carry.finite
+    carry, history = run_loop(
+        ft.partial(_step, problem, options),
+        carry,
+        max_steps=options.max_steps,
+        differentiable=options.differentiable,
+        progress="minimize" if options.progress else None,
+        # A failed line search returns a zero step: that step is not applied.
+        record=lambda old, new: select(new.failed, jnp.nan, old.f),
+    )
     if options.has_aux and uses_cache:
         # The line search returns the loss and gradient at the new point, not `aux`.
-        f, aux = problem.loss_and_aux(y, options.has_aux)
-        num_fevals = num_fevals + 1
-        converged, finite = _check(f, g, y, problem.bounds, options)
-    R = RESULTS
-    result = R.where(
-        finite & converged,
-        R.successful,
-        R.where(
-            ~finite,
-            R.nonfinite,
-            R.where(
-                carry.failed,
-                R.linesearch_failed,
-                R.where(carry.stalled, R.precision_limit, R.max_steps_reached),
-            ),
-        ),
-    )
-    if bar is not None:
-        jax.debug.callback(bar.close, carry.num_steps, f, ordered=True)
+        f, aux = problem.loss_and_aux(carry.y, options.has_aux)
+        converged, finite = _check(f, carry.g, carry.y, problem.bounds, options)
+        carry = dataclasses.replace(
+            carry,
+            f=f,
+            aux=aux,
+            num_fevals=carry.num_fevals + 1,
+            converged=converged,
+            finite=finite,
+        )
     stats = {
         "num_steps": carry.num_steps,
-        "num_fevals": num_fevals,
+        "num_fevals": carry.num_fevals,
         "history": history,
     }
     for name in problem.optimizer.state_stats:
         stats[name] = getattr(carry.state, name)
-    return y, (f, aux, carry.state, result, stats), g
+    return carry.y, (carry.f, carry.aux, carry.state, carry.result, stats), carry.g
 
 
 @no_type_check
@@ -544,17 +486,8 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
         # differentiable too (through `y` and `args`).
         loss, aux = problem.loss_and_aux(y, options.has_aux)
         stats = dict(stats, num_fevals=stats["num_fevals"] + 1)
-    sol = Solution(
-        value=eqx.combine(y, y_static),
-        loss=loss,
-        aux=aux,
-        state=state,
-        result=result,
-        stats=stats,
-    )
-    if throw_inside:
-        sol = error_if_failed(sol, result, "eqxopt.minimize")
-    return sol
+    out = (loss, aux, state, result, stats)
+    return _solution(eqx.combine(y, y_static), out, throw_inside)
 
 
 def _solve_constrained(
@@ -568,15 +501,16 @@ def _solve_constrained(
     )
     y, eq, ineq = root
     refs = _constraint_refs(constrained.constraints, y_dyn, y_static, args)
-    sol = Solution(
-        value=eqx.combine(y, y_static),
-        loss=loss,
-        aux=aux,
-        state=state,
-        result=result,
-        stats=stats,
-        multipliers={"eq": _unflat(eq, refs[0]), "ineq": _unflat(ineq, refs[1])},
-    )
+    multipliers = {"eq": _unflat(eq, refs[0]), "ineq": _unflat(ineq, refs[1])}
+    out = (loss, aux, state, result, stats)
+    return _solution(eqx.combine(y, y_static), out, throw_inside, multipliers)
+
+
+def _solution(value, out, throw_inside, multipliers=None) -> Solution:
+    """The `Solution` at `value` from the solve's outputs `out = (loss, aux, state,
+    result, stats)`, raising inside the computation when it failed (`throw_inside`)."""
+    loss, aux, state, result, stats = out
+    sol = Solution(value, loss, aux, state, result, stats, multipliers=multipliers)
     if throw_inside:
         sol = error_if_failed(sol, result, "eqxopt.minimize")
     return sol
@@ -694,9 +628,10 @@ def _violation(h, c):
 
 
 class _Outer(eqx.Module):
-    """The carry of the augmented Lagrangian's outer loop."""
+    """The carry of the augmented Lagrangian's outer loop (`num_steps`: outer
+    iterations)."""
 
-    k: Int32[Array, ""]
+    num_steps: Int32[Array, ""]
     y: PyTree
     lam: Array
     mu: Array
@@ -714,6 +649,10 @@ class _Outer(eqx.Module):
     finite: Bool[Array, ""]
     infeasible: Bool[Array, ""]
     stuck: Bool[Array, ""]
+
+    @property
+    def stop(self) -> Bool[Array, ""]:
+        return self.converged | ~self.finite | self.infeasible | self.stuck
 
 
 @no_type_check
@@ -749,7 +688,7 @@ def _constrained_primal(inputs):
     inf = scalar(jnp.inf)
     false = jnp.zeros((), bool)
     init = _Outer(
-        k=jnp.zeros((), jnp.int32),
+        num_steps=jnp.zeros((), jnp.int32),
         y=y0,
         lam=jnp.zeros_like(h0),
         mu=jnp.zeros_like(c0),
@@ -770,13 +709,7 @@ def _constrained_primal(inputs):
     )
     max_steps = options.max_steps
 
-    def cond(carry):
-        c, _ = carry
-        return ~c.converged & c.finite & ~c.infeasible & ~c.stuck
-
-    def body(carry):
-        o, history = carry
-        history = history.at[o.k].set(o.f)
+    def body(o: _Outer) -> _Outer:
         lam_bar = jnp.clip(o.lam, -bound, bound)
         mu_bar = jnp.clip(o.mu, 0, bound)
         multipliers = (args, lam_bar, mu_bar, o.rho)
@@ -797,7 +730,7 @@ def _constrained_primal(inputs):
         violation = _violation(h, c)
         measure = jnp.maximum(_inf_norm(h), _inf_norm(jnp.minimum(c, mu_bar / o.rho)))
         complementarity = _inf_norm(jnp.minimum(c, mu))
-        keep = (o.k == 0) | (measure <= tau * o.prev_measure)
+        keep = (o.num_steps == 0) | (measure <= tau * o.prev_measure)
         rho = jnp.where(keep, o.rho, jnp.minimum(gamma * o.rho, cap))
         infeasible = (
             (o.rho >= cap) & (violation > atol) & ~(violation <= tau * o.prev_violation)
@@ -822,7 +755,7 @@ def _constrained_primal(inputs):
         )
         tol = jnp.where(violation <= atol, atol, jnp.maximum(atol, 0.1 * o.tol))
         new = _Outer(
-            k=o.k + 1,
+            num_steps=o.num_steps + 1,
             y=y,
             lam=lam,
             mu=mu,
@@ -841,36 +774,14 @@ def _constrained_primal(inputs):
             infeasible=infeasible,
             stuck=stuck,
         )
-        return new, history
+        return new
 
-    history = jnp.full((max_steps,), jnp.nan, dtype)
-    if max_steps > 0:
-        with loops(options.differentiable):
-            out, history = while_loop(
-                cond,
-                body,
-                (init, history),
-                max_steps=max_steps,
-                buffers=lambda c: c[1],
-            )
-    else:
-        out = init
-    R = RESULTS
-    result = R.where(
-        out.converged,
-        R.successful,
-        R.where(
-            ~out.finite,
-            R.nonfinite,
-            R.where(
-                out.infeasible,
-                R.infeasible,
-                R.where(out.stuck, R.precision_limit, R.max_steps_reached),
-            ),
-        ),
+    out, history = run_loop(
+        body, init, max_steps=max_steps, differentiable=options.differentiable
     )
+    result = result_of(out.converged, out.finite, out.stuck, infeasible=out.infeasible)
     stats = {
-        "num_steps": out.k,
+        "num_steps": out.num_steps,
         "num_fevals": out.num_fevals,
         "num_cevals": out.num_fevals,
         "history": history,

@@ -1,8 +1,9 @@
 """What [`eqxopt.minimize`][] and [`eqxopt.least_squares`][] share: the checks of
 their arguments, which read what a solver declares (`AbstractSolver`'s class-level
-facts) instead of testing its class; the adjoints, objects the solve calls around its
-loop; and the one `jit` entry, which compiles a solve and turns its result into an
-error when it failed."""
+facts) instead of testing its class; the loop's carry, the loop and its one
+termination and result path; the adjoints, objects the solve calls around its loop;
+and the one `jit` entry, which compiles a solve and turns its result into an error
+when it failed."""
 
 import abc
 from collections.abc import Callable
@@ -18,9 +19,10 @@ import numpy as np
 import optimistix as optx
 from jax.core import Tracer
 from jax.extend.core import find_top_trace
+from jaxtyping import Array, Bool, Int32, PyTree
 
 from .._misc import hashable, is_param
-from .loop import CPU_OPTIONS
+from .loop import CPU_OPTIONS, loops, Progress, while_loop
 from .solution import RESULTS, Solution, succeeded
 
 
@@ -89,6 +91,135 @@ def check_options(
     for name, tol in tols.items():
         if not float(tol) >= 0:
             raise ValueError(f"{entry}: `{name}` must be >= 0, got {tol}.")
+
+
+class Carry(eqx.Module):
+    """The state of a solve between iterations, at the current point `y`: the loss
+    `f` (with `least_squares`, the cost `0.5 |r|^2`), its gradient `g` (in the
+    updates' convention: conjugated for complex leaves), `aux`, the solver's `state`,
+    the counters and the verdicts at `y`, kept so that the result needs no new
+    reductions (each costs compilation time): `converged` (the convergence test
+    holds), `finite`, `stalled` (no further decrease is possible in floating point)
+    and `failed` (the last step failed: a line search found no step). The fields
+    after those belong to one entry point (`None` in the other's solve)."""
+
+    y: PyTree
+    f: Array
+    g: PyTree
+    aux: Any
+    state: Any
+    num_steps: Int32[Array, ""]
+    num_fevals: Int32[Array, ""]
+    converged: Bool[Array, ""]
+    finite: Bool[Array, ""]
+    stalled: Bool[Array, ""]
+    failed: Bool[Array, ""]
+    # `least_squares`: the residuals, their Jacobian (`None` when matrix-free) and the
+    # Jacobian evaluations.
+    r: Array | None = None
+    J: Array | None = None
+    num_jevals: Int32[Array, ""] | None = None
+    # `minimize`: the accepted steps in a row that did not decrease the loss.
+    no_decrease: Int32[Array, ""] | None = None
+
+    @classmethod
+    def start(cls, y, f, g, aux, state, *, converged, finite, **fields) -> "Carry":
+        """The carry at `y0`: no step made, one evaluation (`fields`: the entry
+        point's own)."""
+        int32 = lambda n: jnp.asarray(n, jnp.int32)
+        false = jnp.zeros((), bool)
+        return cls(
+            y=y,
+            f=f,
+            g=g,
+            aux=aux,
+            state=state,
+            num_steps=int32(0),
+            num_fevals=int32(1),
+            converged=converged,
+            finite=finite,
+            stalled=false,
+            failed=false,
+            **fields,
+        )
+
+    @property
+    def stop(self) -> Bool[Array, ""]:
+        """Whether the solve stops here (converged, non-finite, stalled or failed)."""
+        return self.converged | ~self.finite | self.failed | self.stalled
+
+    @property
+    def result(self) -> RESULTS:
+        return result_of(self.converged, self.finite, self.stalled, self.failed)
+
+
+def result_of(converged, finite, stalled, failed=None, infeasible=None) -> RESULTS:
+    """How a solve ended, from its verdicts at the last point: successful when the
+    convergence test holds there at finite values; else non-finite, a failed step,
+    infeasible constraints, the limit of precision, or out of steps, in that order."""
+    R = RESULTS
+    out = R.where(stalled, R.precision_limit, R.max_steps_reached)
+    if infeasible is not None:
+        out = R.where(infeasible, R.infeasible, out)
+    if failed is not None:
+        out = R.where(failed, R.linesearch_failed, out)
+    return R.where(finite & converged, R.successful, R.where(~finite, R.nonfinite, out))
+
+
+class _Loop(eqx.Module):
+    """The carry of `run_loop`'s loop: the iteration `j`, the solve's carry (a
+    `Carry`, or any Module with `stop`, `f` and `num_steps`) and the history."""
+
+    j: Int32[Array, ""]
+    carry: Any
+    # An array; inside the checkpointed loop, Equinox's wrapper of a loop buffer.
+    history: Any
+
+
+def run_loop(
+    step: Callable[[Any], Any],
+    carry: Any,
+    *,
+    max_steps: int,
+    differentiable: bool,
+    progress: str | None = None,
+    record: Callable[[Any, Any], Array] | None = None,
+) -> tuple[Any, Array]:
+    """`carry` updated by `step` until `carry.stop` or `max_steps` iterations, and the
+    history (length `max_steps`, NaN after the last iteration): `history[j]` is
+    `record(before, after)` of iteration `j`, by default the loss before it.
+
+    One bounded loop (checkpointed, so reverse-mode differentiable, where the solve
+    can be differentiated: `differentiable`, which holds for the loops traced inside
+    `step` too) that stops as soon as the solve does: an iteration after that costs
+    nothing, with no conditional (XLA would copy the whole carry through it). The
+    history is a write-only buffer of the loop. `progress`: the name of a live
+    progress bar (step, loss) on stderr, or `None`."""
+    bar = None if progress is None else Progress(max_steps, progress)
+    if bar is not None:
+        jax.debug.callback(bar.start, ordered=True)
+
+    def cond(c: _Loop):
+        return ~c.carry.stop & (c.j < max_steps)
+
+    def body(c: _Loop):
+        new = step(c.carry)
+        value = c.carry.f if record is None else record(c.carry, new)
+        if bar is not None:
+            jax.debug.callback(bar.update, new.num_steps, new.f, ordered=True)
+        return _Loop(c.j + 1, new, c.history.at[c.j].set(value))
+
+    history = jnp.full((max_steps,), jnp.nan, carry.f.dtype)
+    if max_steps > 0:
+        init = _Loop(jnp.zeros((), jnp.int32), carry, history)
+        with loops(differentiable):
+            out = while_loop(
+                cond, body, init, max_steps=max_steps, buffers=lambda c: c.history
+            )
+        carry, history = out.carry, out.history
+    if bar is not None:
+        jax.debug.callback(bar.close, carry.num_steps, carry.f, ordered=True)
+    return carry, history
 
 
 class AbstractAdjoint(eqx.Module):
