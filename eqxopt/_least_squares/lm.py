@@ -42,6 +42,26 @@ class LMState(eqx.Module):
     first: Any
 
 
+def _newton_par(par, parl, paru, fp, dxnorm, dphi, delta, it):
+    """One iteration of `lmpar`'s safeguarded Newton method on `par`, from the
+    scaled step's length `dxnorm` at `par` and the derivative `dphi` of that length
+    in `par`: `(par, parl, paru, fp, stop)`, the next parameter, its bounds,
+    `fp = dxnorm - delta` and whether to stop (the length is within 10% of `delta`;
+    or the lower bound is 0 and `fp`, negative, stopped decreasing; or the tenth
+    iteration)."""
+    fp_new = dxnorm - delta
+    stop = (
+        (jnp.abs(fp_new) <= 0.1 * delta)
+        | ((parl == 0) & (fp_new <= fp) & (fp < 0))
+        | (it == 9)
+    )
+    parc = safe_div(-fp_new * dxnorm, delta * dphi)
+    parl = jnp.where(fp_new > 0, jnp.maximum(parl, par), parl)
+    paru = jnp.where(fp_new < 0, jnp.minimum(paru, par), paru)
+    par = jnp.where(stop, par, jnp.maximum(parl, par + parc))
+    return par, parl, paru, fp_new, stop
+
+
 def lmpar(m, n, uf, s, V, delta, par0):
     """MINPACK's `lmpar` in the scaled variables `z = diag * p`, through the SVD
     `J diag^{-1} = U diag(s) V^T` (`uf = U^T r`): the Gauss-Newton step when
@@ -74,20 +94,11 @@ def lmpar(m, n, uf, s, V, delta, par0):
     def body(it, c):
         par, parl, paru, fp, done = c
         par = jnp.where(par == 0, jnp.maximum(tiny, 0.001 * paru), par)
-        z = z_of(par)
-        dxnorm = norm(z)
-        temp = fp
-        fp_new = dxnorm - delta
-        stop = (
-            (jnp.abs(fp_new) <= 0.1 * delta)
-            | ((parl == 0) & (fp_new <= temp) & (temp < 0))
-            | (it == 9)
-        )
+        dxnorm = norm(z_of(par))
         _, dphi = phi_and_derivative(par, suf, s, delta)
-        parc = safe_div(-fp_new * dxnorm, delta * dphi)
-        parl_new = jnp.where(fp_new > 0, jnp.maximum(parl, par), parl)
-        paru_new = jnp.where(fp_new < 0, jnp.minimum(paru, par), paru)
-        par_new = jnp.where(stop, par, jnp.maximum(parl_new, par + parc))
+        par_new, parl_new, paru_new, fp_new, stop = _newton_par(
+            par, parl, paru, fp, dxnorm, dphi, delta, it
+        )
         upd = lambda old, new: jnp.where(done, old, new)
         return (
             upd(c[0], par_new),
@@ -148,19 +159,11 @@ def lmpar_matrix_free(Jmv, Jtv, f, delta, par0):
         par = jnp.where(par == 0, jnp.maximum(tiny, 0.001 * paru), par)
         z = solve(par, b)
         dxnorm = norm(z)
-        temp = fp
-        fp_new = dxnorm - delta
-        stop = (
-            (jnp.abs(fp_new) <= 0.1 * delta)
-            | ((parl == 0) & (fp_new <= temp) & (temp < 0))
-            | (it == 9)
-        )
         w = solve(par, z)
         dphi = safe_div(-jnp.dot(z, w), dxnorm)
-        parc = safe_div(-fp_new * dxnorm, delta * dphi)
-        parl_new = jnp.where(fp_new > 0, jnp.maximum(parl, par), parl)
-        paru_new = jnp.where(fp_new < 0, jnp.minimum(paru, par), paru)
-        par_new = jnp.where(stop, par, jnp.maximum(parl_new, par + parc))
+        par_new, parl_new, paru_new, fp_new, stop = _newton_par(
+            par, parl, paru, fp, dxnorm, dphi, delta, it
+        )
         return par_new, parl_new, paru_new, fp_new, it + 1, stop, z
 
     init = (par, parl, paru, fp, jnp.asarray(0, jnp.int32), gn, z_gn)
