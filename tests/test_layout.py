@@ -55,6 +55,7 @@ SHARED = {
     "eqxopt._matrix.spread",
     "eqxopt._minimize.linesearch",
     "eqxopt._minimize.loop",
+    "eqxopt._minimize.solve",
     "eqxopt._minimize.solution",
     "eqxopt._least_squares.base",
     "eqxopt._least_squares.common",

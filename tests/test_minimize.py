@@ -238,6 +238,38 @@ def test_bad_arguments():
         eqxopt.minimize(named, eqxopt.LBFGS(), jnp.zeros(2), has_aux=True)
 
 
+def test_solvers_declare_what_they_take():
+    # A solver given to the wrong entry point is named with the one to use.
+    with pytest.raises(ValueError, match="least_squares"):
+        solver = eqxopt.TrustRegionReflective()
+        eqxopt.minimize(rosenbrock, solver, jnp.zeros(2))  # pyright: ignore
+    # An unhashable static input of `least_squares` is named too.
+    with pytest.raises(ValueError, match=r"`args\[1\]` .* cannot be hashed"):
+        eqxopt.least_squares(lambda y, a: y - a[0], None, jnp.zeros(2), (1.0, set()))
+
+    # An optimizer that declares `bounds_aware` gets the bounds in its `update` and
+    # keeps its iterates in the box itself (`minimize` does not project its steps).
+    class ClippedDescent(eqxopt.AbstractOptimizer):
+        bounds_aware = True
+
+        def init(self, params):
+            return jnp.zeros((), jnp.int32)
+
+        def update(self, grads, state, params=None, **extra):
+            assert params is not None
+            lower, upper = extra["bounds"]
+            new = jnp.clip(params - 0.1 * grads, lower, upper)
+            return new - params, state + 1
+
+    sol = eqxopt.minimize(
+        lambda y, a: jnp.sum((y - 2.0) ** 2),
+        ClippedDescent(),
+        jnp.zeros(2),
+        bounds=(-1.0, 1.0),
+    )
+    assert jnp.allclose(sol.value, 1.0) and sol.result == eqxopt.RESULTS.successful
+
+
 def test_lbfgs_takes_optax_positional_order():
     opt = eqxopt.LBFGS(1e-3, 4)
     assert opt.learning_rate == 1e-3 and opt.memory_size == 4

@@ -489,7 +489,42 @@ def _checked(method: str, fn):
     return wrapped
 
 
-class AbstractOptimizer(eqx.Module, Generic[State]):
+class AbstractSolver(eqx.Module):
+    """What a solver declares to the solve that drives it ([`eqxopt.minimize`][] or
+    [`eqxopt.least_squares`][]): class-level facts, read in one place by the solve
+    (its argument checks and its step), which never tests a solver's class. The base
+    of every optimizer, of the least-squares solvers and of
+    [`eqxopt.AugmentedLagrangian`][].
+
+    - `solves`: the problem it takes: `"loss"` (a scalar `fn`, `minimize`),
+        `"residuals"` (`least_squares`) or `"constraints"` (`minimize(...,
+        constraints=...)`).
+    - `bounds_aware`: it takes `bounds=(lower, upper)` itself and keeps every iterate
+        in the box (L-BFGS-B's model, the reflective trust region); else `minimize`
+        projects each step onto the box.
+    - `refuses_bounds`: non-empty in a solver that takes no bounds: why, and what to
+        use instead (the solve raises a `ValueError` saying so).
+    - `real_only`: non-empty in a solver that takes real `y0` only: what to do with
+        complex leaves (the solve raises a `ValueError` saying so).
+    - `evaluates_loss`: its `update` evaluates the loss itself (through `value_fn=`)
+        at the point it moves to and keeps that evaluation (`last_evaluation(state)`),
+        which starts the next step of `minimize` instead of a new evaluation.
+    - `rejects_steps`: a trust-region method, whose rejected trial steps leave the
+        point (they are not steps without decrease); it says itself when it can no
+        longer move.
+    - `state_stats`: fields of its state that the solve reports in `stats`.
+    """
+
+    solves: ClassVar[str] = "loss"
+    bounds_aware: ClassVar[bool] = False
+    refuses_bounds: ClassVar[str] = ""
+    real_only: ClassVar[str] = ""
+    evaluates_loss: ClassVar[bool] = False
+    rejects_steps: ClassVar[bool] = False
+    state_stats: ClassVar[tuple[str, ...]] = ()
+
+
+class AbstractOptimizer(AbstractSolver, Generic[State]):
     """Base class of every optimizer, transform, wrapper and line search.
 
     Subclasses implement `init` and `update`; `step` and `hyperparams` come for free.

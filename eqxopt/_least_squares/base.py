@@ -1,14 +1,18 @@
-"""The loop carry and the solver protocol of `eqxopt.least_squares`: a solver starts
-from the residuals and Jacobian at `y0` and makes one outer iteration at a time (trial
-steps until one is accepted or a test stops the solve); the loop, the results and the
-adjoints are `least_squares`'s."""
+"""The solver protocol of `eqxopt.least_squares`: a solver starts from the residuals
+and Jacobian at `y0` and makes one outer iteration at a time (trial steps until one is
+accepted or a test stops the solve); the carry, the loop, the results and the adjoints
+are the solve's (`_minimize/solve.py`)."""
 
 import abc
 from typing import Any, NamedTuple
 
 import equinox as eqx
-from jaxtyping import Array, Bool, Int32
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, PyTree
 
+from .._core.base import AbstractSolver
+from .._minimize.solve import Carry
 from .common import Problem
 
 
@@ -24,47 +28,21 @@ class Options(NamedTuple):
     differentiable: bool = True
 
 
-class Carry(eqx.Module):
-    """The state of the solve between outer iterations, at the current point `x`:
-    its residuals `r`, `aux`, Jacobian `J` (`None` when matrix-free), gradient
-    `g = J^T r`, `cost = 0.5 |r|^2`, the solver's own state, the counters and the
-    verdicts (`converged`: a convergence test held; `finite`; `stalled`: no trial step
-    was accepted and no test held)."""
-
-    x: Array
-    r: Array
-    aux: Any
-    J: Array | None
-    g: Array
-    cost: Array
-    state: Any
-    num_steps: Int32[Array, ""]
-    num_fevals: Int32[Array, ""]
-    num_jevals: Int32[Array, ""]
-    converged: Bool[Array, ""]
-    finite: Bool[Array, ""]
-    stalled: Bool[Array, ""]
-
-    @property
-    def stop(self) -> Bool[Array, ""]:
-        return self.converged | ~self.finite | self.stalled
-
-
 # Trial steps per outer iteration: each rejection shrinks the trust region at least
 # fourfold, so the `xtol` test holds long before this many.
 MAX_TRIALS = 64
 
 
-class AbstractLeastSquaresSolver(eqx.Module):
+class AbstractLeastSquaresSolver(AbstractSolver):
     """A solver of `eqxopt.least_squares`: `jac` and `x_scale` (SciPy's), and two
-    methods."""
+    methods. It needs the residuals and their Jacobian, or with `jac="matrix-free"`
+    Jacobian products only (`Problem`)."""
 
     jac: eqx.AbstractVar[str]
     x_scale: eqx.AbstractVar[Any]
 
-    @property
-    def bounds_aware(self) -> bool:
-        return False
+    solves = "residuals"
+    real_only = "fit the real and imaginary parts as two real arrays"
 
     @abc.abstractmethod
     def start(self, problem: Problem, carry: Carry, options: Options) -> Carry:
@@ -74,3 +52,43 @@ class AbstractLeastSquaresSolver(eqx.Module):
     def iterate(self, problem: Problem, carry: Carry, options: Options) -> Carry:
         """One outer iteration: trial steps until one is accepted (then the Jacobian
         at the new point) or a test holds."""
+
+
+def next_carry(
+    carry: Carry,
+    accepted: Bool[Array, ""],
+    *,
+    y: Array,
+    r: Array,
+    aux: PyTree,
+    J: Array | None,
+    g: Array,
+    f: Array,
+    state: Any,
+    num_fevals: Array,
+    converged: Bool[Array, ""],
+    stalled: Bool[Array, ""],
+) -> Carry:
+    """The carry after an outer iteration from `carry`, at the point `y` (the new one
+    when a trial step was `accepted`, else the old): a step and a Jacobian evaluation
+    are counted when one was, and the values there are checked to be finite."""
+    finite = jnp.isfinite(f) & jnp.all(jnp.isfinite(g))
+    if J is not None:
+        finite = finite & jnp.all(jnp.isfinite(J))
+    count = accepted.astype(np.int32)
+    return Carry(
+        y=y,
+        f=f,
+        g=g,
+        aux=aux,
+        state=state,
+        num_steps=carry.num_steps + count,
+        num_fevals=num_fevals,
+        converged=converged,
+        finite=finite,
+        stalled=stalled,
+        failed=carry.failed,
+        r=r,
+        J=J,
+        num_jevals=None if carry.num_jevals is None else carry.num_jevals + count,
+    )

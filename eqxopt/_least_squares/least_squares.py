@@ -4,30 +4,31 @@ from collections.abc import Callable
 from typing import Any, no_type_check
 
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
-import optimistix as optx
-from jax.core import Tracer
-from jax.extend.core import find_top_trace
 from jax.flatten_util import ravel_pytree
 from jaxtyping import PyTree
 
 from .._bounds import broadcast_bounds, check_bounds
-from .._minimize.loop import CPU_OPTIONS, loops, Progress, while_loop
-from .._minimize.solution import error_if_failed, RESULTS, Solution, succeeded
-from .._misc import hashable, is_param
-from .base import AbstractLeastSquaresSolver, Carry, Options
+from .._minimize.solution import error_if_failed, Solution
+from .._minimize.solve import (
+    ADJOINTS,
+    Carry,
+    check_options,
+    check_solver,
+    jit_solve,
+    run_loop,
+)
+from .._misc import is_param
+from .base import AbstractLeastSquaresSolver, Options
 from .common import make_strictly_feasible, Problem
-from .lm import LevenbergMarquardt
 from .trf import TrustRegionReflective
 
 
 _ADJOINTS = ("implicit", "unrolled")
-_EVAL_TRACE = type(find_top_trace(()))
 
 
 class _Residuals(eqx.Module):
@@ -100,68 +101,33 @@ def _problem(inputs) -> Problem:
 def _primal(inputs):
     residuals, solver, lower, upper, x0, options = inputs
     problem = _problem(inputs)
-    max_steps = options.max_steps
     r0, aux0 = problem.residuals(x0)
     J0, g0 = problem.jacobian_and_grad(x0, r0)
     cost0 = 0.5 * jnp.dot(r0, r0)
     finite0 = jnp.all(jnp.isfinite(r0)) & jnp.all(jnp.isfinite(g0))
     if J0 is not None:
         finite0 = finite0 & jnp.all(jnp.isfinite(J0))
-    int32 = lambda k: jnp.asarray(k, jnp.int32)
+    one = jnp.ones((), jnp.int32)
     false = jnp.zeros((), bool)
-    carry = Carry(
+    carry = Carry.start(
         x0,
-        r0,
-        aux0,
-        J0,
-        g0,
         cost0,
+        g0,
+        aux0,
         None,
-        int32(0),
-        int32(1),
-        int32(1),
-        false,
-        finite0,
-        false,
+        converged=false,
+        finite=finite0,
+        r=r0,
+        J=J0,
+        num_jevals=one,
     )
     carry = solver.start(problem, carry, options)
-    bar = Progress(max_steps, "least_squares") if options.progress else None
-    if bar is not None:
-        jax.debug.callback(bar.start, ordered=True)
-
-    def cond(c):
-        j, carry, _ = c
-        return ~carry.stop & (j < max_steps)
-
-    def body(c):
-        j, carry, history = c
-        history = history.at[j].set(carry.cost)
-        carry = solver.iterate(problem, carry, options)
-        if bar is not None:
-            jax.debug.callback(bar.update, carry.num_steps, carry.cost, ordered=True)
-        return j + 1, carry, history
-
-    history = jnp.full((max_steps,), jnp.nan, cost0.dtype)
-    if max_steps > 0:
-        with loops(options.differentiable):
-            _, carry, history = while_loop(
-                cond,
-                body,
-                (int32(0), carry, history),
-                max_steps=max_steps,
-                buffers=lambda c: c[2],
-            )
-    if bar is not None:
-        jax.debug.callback(bar.close, carry.num_steps, carry.cost, ordered=True)
-    R = RESULTS
-    result = R.where(
-        ~carry.finite,
-        R.nonfinite,
-        R.where(
-            carry.converged,
-            R.successful,
-            R.where(carry.stalled, R.precision_limit, R.max_steps_reached),
-        ),
+    carry, history = run_loop(
+        lambda carry: solver.iterate(problem, carry, options),
+        carry,
+        max_steps=options.max_steps,
+        differentiable=options.differentiable,
+        progress="least_squares" if options.progress else None,
     )
     stats = {
         "num_steps": carry.num_steps,
@@ -169,13 +135,13 @@ def _primal(inputs):
         "num_jevals": carry.num_jevals,
         "history": history,
     }
-    return carry.x, (
-        carry.cost,
+    return carry.y, (
+        carry.f,
         carry.aux,
         carry.J,
         carry.state,
         carry.r,
-        result,
+        carry.result,
         stats,
     )
 
@@ -242,13 +208,10 @@ def _solve(fn, solver, y0, args, bounds, options, throw_inside, adjoint):
         x0 = jnp.clip(x0, lower, upper)
         x0 = make_strictly_feasible(x0, lower, upper, rstep=1e-10)
     inputs = (residuals, solver, lower, upper, x0, options)
-    if adjoint == "implicit":
-        tags = frozenset({lx.symmetric_tag}) if bounds is None else frozenset()
-        x, (cost, aux, J, state, r_flat, result, stats) = optx.internal.implicit_jvp(
-            _primal, _rewrite, inputs, tags, lx.AutoLinearSolver(well_posed=None)
-        )
-    else:
-        x, (cost, aux, J, state, r_flat, result, stats) = _primal(inputs)
+    tags = frozenset({lx.symmetric_tag}) if bounds is None else frozenset()
+    x, (cost, aux, J, state, r_flat, result, stats) = adjoint.solve(
+        _primal, _rewrite, inputs, tags
+    )
     # The residuals, cost and aux at the solution are the loop's (no new evaluation
     # of `fn`); their derivatives are those of `fn` at the solution.
     r_tree = _unflatten_like(jax.eval_shape(lambda x: residuals.tree(x)[0], x0), r_flat)
@@ -269,42 +232,6 @@ def _solve(fn, solver, y0, args, bounds, options, throw_inside, adjoint):
     return sol
 
 
-def _jit_body(dynamic, static, *rest):
-    """`_solve` on the inputs split by `_call`: as `eqx.filter_jit`, arrays traced,
-    the rest (and the `Solution`'s non-array leaves) static."""
-    treedef, leaves = static
-    leaves = [s if d is None else d for d, s in zip(dynamic, leaves)]
-    fn, solver, y0, args, bounds = jtu.tree_unflatten(treedef, leaves)
-    sol = _solve(fn, solver, y0, args, bounds, *rest)
-    arrays, others = eqx.partition(sol, eqx.is_array)
-    return arrays, eqxi.Static(others)
-
-
-# As `minimize`'s: only a top-level `jax.jit` takes compiler options (the CPU ones
-# that compile this loop of small kernels about twice as fast, benchmarks/README.md);
-# inside an outer trace the solve is traced by the plain one.
-_solve_jit = {
-    "top": jax.jit(
-        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=CPU_OPTIONS
-    ),
-    "nested": jax.jit(_jit_body, static_argnums=(1, 2, 3, 4)),
-}
-
-
-def _call(fn, solver, y0, args, bounds, options, throw_inside, adjoint, traced):
-    leaves, treedef = jtu.tree_flatten((fn, solver, y0, args, bounds))
-    arrays = [eqx.is_array(x) for x in leaves]
-    dynamic = [x if a else None for x, a in zip(leaves, arrays)]
-    static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
-    if not hashable(static):  # `filter_jit` names the leaf that cannot be hashed
-        return eqx.filter_jit(_solve)(
-            fn, solver, y0, args, bounds, options, throw_inside, adjoint
-        )
-    jitted = _solve_jit["nested" if traced else "top"]
-    arrays, others = jitted(dynamic, static, options, throw_inside, adjoint)
-    return eqx.combine(arrays, others.value)
-
-
 def _check_y0(y0):
     leaves = [x for x in jtu.tree_leaves(y0) if is_param(x)]
     if not leaves:
@@ -312,11 +239,6 @@ def _check_y0(y0):
             "eqxopt.least_squares: `y0` has no floating-point JAX or NumPy array to "
             "fit (only its inexact arrays are fitted). Pass e.g. "
             "`jnp.asarray(y0, float)`."
-        )
-    if any(jnp.iscomplexobj(x) for x in leaves):
-        raise ValueError(
-            "eqxopt.least_squares: complex parameters are not supported; fit the real "
-            "and imaginary parts as two real arrays."
         )
 
 
@@ -413,42 +335,27 @@ def least_squares(
     """
     if solver is None:
         solver = TrustRegionReflective()
-    if not isinstance(solver, AbstractLeastSquaresSolver):
-        raise ValueError(
-            "eqxopt.least_squares: `solver` must be `eqxopt.TrustRegionReflective()`, "
-            f"`eqxopt.LevenbergMarquardt()` or None, got {type(solver).__name__}."
-        )
-    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)):
-        raise ValueError(
-            f"eqxopt.least_squares: `max_steps` must be an int >= 0, got {max_steps!r}."
-        )
-    if max_steps < 0:
-        raise ValueError(
-            f"eqxopt.least_squares: `max_steps` must be an int >= 0, got {max_steps}."
-        )
-    if adjoint not in _ADJOINTS:
-        raise ValueError(
-            "eqxopt.least_squares: `adjoint` must be 'implicit' or 'unrolled', got "
-            f"{adjoint!r}."
-        )
-    for name, tol in (("ftol", ftol), ("xtol", xtol), ("gtol", gtol)):
-        if not float(tol) >= 0:
-            raise ValueError(f"eqxopt.least_squares: `{name}` must be >= 0, got {tol}.")
+    check_solver(
+        "eqxopt.least_squares",
+        "solver",
+        solver,
+        ("residuals",),
+        "`eqxopt.TrustRegionReflective()`, `eqxopt.LevenbergMarquardt()` or None",
+        bounds=bounds,
+        y0=y0,
+    )
+    check_options(
+        "eqxopt.least_squares",
+        max_steps,
+        adjoint,
+        _ADJOINTS,
+        ftol=ftol,
+        xtol=xtol,
+        gtol=gtol,
+    )
     _check_y0(y0)
     if bounds is not None:
-        if isinstance(solver, LevenbergMarquardt):
-            raise ValueError(
-                "eqxopt.least_squares: `LevenbergMarquardt` does not take `bounds` "
-                "(MINPACK's method is unconstrained); use "
-                "`eqxopt.TrustRegionReflective()`."
-            )
         check_bounds(bounds, eqx.filter(y0, is_param))
-    tracing = type(find_top_trace(())) is not _EVAL_TRACE
-    if tracing and adjoint == "implicit":
-        fn = eqx.filter_closure_convert(fn, y0, args)
-    leaves = jtu.tree_leaves((fn, solver, y0, args, bounds))
-    traced = tracing or any(isinstance(x, Tracer) for x in leaves)
-    throw_inside = bool(throw) and traced
     options = Options(
         int(max_steps),
         float(ftol),
@@ -456,9 +363,13 @@ def least_squares(
         float(gtol),
         bool(has_aux),
         bool(progress),
-        traced and adjoint == "unrolled",
     )
-    sol = _call(fn, solver, y0, args, bounds, options, throw_inside, adjoint, traced)
-    if throw and not traced and not succeeded(sol.result):
-        raise eqx.EquinoxRuntimeError("eqxopt.least_squares: " + RESULTS[sol.result])
-    return sol
+    return jit_solve(
+        "eqxopt.least_squares",
+        "solver",
+        _solve,
+        (fn, solver, y0, args, bounds),
+        options,
+        bool(throw),
+        ADJOINTS[adjoint],
+    )

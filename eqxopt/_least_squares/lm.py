@@ -13,7 +13,8 @@ import numpy as np
 from jaxtyping import Array
 
 from .._minimize.loop import while_loop
-from .base import AbstractLeastSquaresSolver, Carry, MAX_TRIALS, Options
+from .._minimize.solve import Carry
+from .base import AbstractLeastSquaresSolver, MAX_TRIALS, next_carry, Options
 from .common import (
     check_solver_options,
     is_tall,
@@ -39,6 +40,26 @@ class LMState(eqx.Module):
     diag: Any
     xnorm: Any
     first: Any
+
+
+def _newton_par(par, parl, paru, fp, dxnorm, dphi, delta, it):
+    """One iteration of `lmpar`'s safeguarded Newton method on `par`, from the
+    scaled step's length `dxnorm` at `par` and the derivative `dphi` of that length
+    in `par`: `(par, parl, paru, fp, stop)`, the next parameter, its bounds,
+    `fp = dxnorm - delta` and whether to stop (the length is within 10% of `delta`;
+    or the lower bound is 0 and `fp`, negative, stopped decreasing; or the tenth
+    iteration)."""
+    fp_new = dxnorm - delta
+    stop = (
+        (jnp.abs(fp_new) <= 0.1 * delta)
+        | ((parl == 0) & (fp_new <= fp) & (fp < 0))
+        | (it == 9)
+    )
+    parc = safe_div(-fp_new * dxnorm, delta * dphi)
+    parl = jnp.where(fp_new > 0, jnp.maximum(parl, par), parl)
+    paru = jnp.where(fp_new < 0, jnp.minimum(paru, par), paru)
+    par = jnp.where(stop, par, jnp.maximum(parl, par + parc))
+    return par, parl, paru, fp_new, stop
 
 
 def lmpar(m, n, uf, s, V, delta, par0):
@@ -73,20 +94,11 @@ def lmpar(m, n, uf, s, V, delta, par0):
     def body(it, c):
         par, parl, paru, fp, done = c
         par = jnp.where(par == 0, jnp.maximum(tiny, 0.001 * paru), par)
-        z = z_of(par)
-        dxnorm = norm(z)
-        temp = fp
-        fp_new = dxnorm - delta
-        stop = (
-            (jnp.abs(fp_new) <= 0.1 * delta)
-            | ((parl == 0) & (fp_new <= temp) & (temp < 0))
-            | (it == 9)
-        )
+        dxnorm = norm(z_of(par))
         _, dphi = phi_and_derivative(par, suf, s, delta)
-        parc = safe_div(-fp_new * dxnorm, delta * dphi)
-        parl_new = jnp.where(fp_new > 0, jnp.maximum(parl, par), parl)
-        paru_new = jnp.where(fp_new < 0, jnp.minimum(paru, par), paru)
-        par_new = jnp.where(stop, par, jnp.maximum(parl_new, par + parc))
+        par_new, parl_new, paru_new, fp_new, stop = _newton_par(
+            par, parl, paru, fp, dxnorm, dphi, delta, it
+        )
         upd = lambda old, new: jnp.where(done, old, new)
         return (
             upd(c[0], par_new),
@@ -147,19 +159,11 @@ def lmpar_matrix_free(Jmv, Jtv, f, delta, par0):
         par = jnp.where(par == 0, jnp.maximum(tiny, 0.001 * paru), par)
         z = solve(par, b)
         dxnorm = norm(z)
-        temp = fp
-        fp_new = dxnorm - delta
-        stop = (
-            (jnp.abs(fp_new) <= 0.1 * delta)
-            | ((parl == 0) & (fp_new <= temp) & (temp < 0))
-            | (it == 9)
-        )
         w = solve(par, z)
         dphi = safe_div(-jnp.dot(z, w), dxnorm)
-        parc = safe_div(-fp_new * dxnorm, delta * dphi)
-        parl_new = jnp.where(fp_new > 0, jnp.maximum(parl, par), parl)
-        paru_new = jnp.where(fp_new < 0, jnp.minimum(paru, par), paru)
-        par_new = jnp.where(stop, par, jnp.maximum(parl_new, par + parc))
+        par_new, parl_new, paru_new, fp_new, stop = _newton_par(
+            par, parl, paru, fp, dxnorm, dphi, delta, it
+        )
         return par_new, parl_new, paru_new, fp_new, it + 1, stop, z
 
     init = (par, parl, paru, fp, jnp.asarray(0, jnp.int32), gn, z_gn)
@@ -233,6 +237,10 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
     jac: str = eqx.field(default="auto", static=True)
     x_scale: Any = 1.0
 
+    refuses_bounds = (
+        "MINPACK's method is unconstrained; use `eqxopt.TrustRegionReflective()`"
+    )
+
     def __check_init__(self):
         check_solver_options("LevenbergMarquardt", self.jac, self.x_scale)
 
@@ -247,7 +255,7 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
         return _gnorm(J, f, self._colnorm(J)) <= gtol
 
     def start(self, problem: Problem, carry: Carry, options: Options) -> Carry:
-        x, J = carry.x, carry.J
+        x, J = carry.y, carry.J
         if isinstance(self.x_scale, str):
             assert J is not None
             colnorm = self._colnorm(J)
@@ -257,11 +265,13 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
         xnorm = norm(diag * x)
         delta = jnp.where(xnorm == 0, _FACTOR, _FACTOR * xnorm).astype(x.dtype)
         state = LMState(delta, jnp.zeros_like(delta), diag, xnorm, jnp.ones((), bool))
+        assert carry.r is not None
         converged = self._gtol_ok(J, carry.r, carry.g, diag, options.gtol)
         return dataclasses.replace(carry, state=state, converged=converged)
 
     def iterate(self, problem: Problem, carry: Carry, options: Options) -> Carry:
-        x, f, J, cost = carry.x, carry.r, carry.J, carry.cost
+        x, f, J, cost = carry.y, carry.r, carry.J, carry.f
+        assert f is not None  # (a least-squares carry)
         state: LMState = carry.state
         n, m = x.size, f.size
         diag = state.diag
@@ -369,23 +379,19 @@ class LevenbergMarquardt(AbstractLeastSquaresSolver):
         aux = jtu.tree_map(pick, aux_new, carry.aux)
         cost = pick(cost_new, cost)
         gtol_ok = self._gtol_ok(J, f, g, diag, options.gtol)
-        finite = jnp.isfinite(cost) & jnp.all(jnp.isfinite(g))
-        if J is not None:
-            finite = finite & jnp.all(jnp.isfinite(J))
-        return Carry(
-            x,
-            f,
-            aux,
-            J,
-            g,
-            cost,
-            LMState(delta, par, diag, xnorm, first),
-            carry.num_steps + success.astype(np.int32),
-            nfev,
-            carry.num_jevals + success.astype(np.int32),
-            term | gtol_ok,
-            finite,
-            ~success & ~term,
+        return next_carry(
+            carry,
+            success,
+            y=x,
+            r=f,
+            aux=aux,
+            J=J,
+            g=g,
+            f=cost,
+            state=LMState(delta, par, diag, xnorm, first),
+            num_fevals=nfev,
+            converged=term | gtol_ok,
+            stalled=~success & ~term,
         )
 
 

@@ -6,10 +6,10 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
-import numpy as np
 
 from .._minimize.loop import while_loop
-from .base import AbstractLeastSquaresSolver, Carry, MAX_TRIALS, Options
+from .._minimize.solve import Carry
+from .base import AbstractLeastSquaresSolver, MAX_TRIALS, next_carry, Options
 from .common import (
     check_solver_options,
     check_termination,
@@ -108,9 +108,7 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
     def __check_init__(self):
         check_solver_options("TrustRegionReflective", self.jac, self.x_scale)
 
-    @property
-    def bounds_aware(self) -> bool:
-        return True
+    bounds_aware = True
 
     def _scaled_gnorm(self, problem: Problem, x, g):
         if problem.lower is None:
@@ -119,7 +117,7 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
         return jnp.max(jnp.abs(g * v))
 
     def start(self, problem: Problem, carry: Carry, options: Options) -> Carry:
-        x, g = carry.x, carry.g
+        x, g = carry.y, carry.g
         if isinstance(self.x_scale, str):
             scale_inv = jac_scale(carry.J)
         else:
@@ -138,7 +136,8 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
         return dataclasses.replace(carry, state=state, converged=converged)
 
     def iterate(self, problem: Problem, carry: Carry, options: Options) -> Carry:
-        x, f, J, g, cost = carry.x, carry.r, carry.J, carry.g, carry.cost
+        x, f, J, g, cost = carry.y, carry.r, carry.J, carry.g, carry.f
+        assert f is not None  # (a least-squares carry)
         state: TRFState = carry.state
         scale_inv = state.scale_inv
         scale = 1 / scale_inv
@@ -267,23 +266,19 @@ class TrustRegionReflective(AbstractLeastSquaresSolver):
             assert J is not None
             scale_inv = pick(jac_scale(J, scale_inv), scale_inv)
         converged = term | (self._scaled_gnorm(problem, x, g) < options.gtol)
-        finite = jnp.all(jnp.isfinite(g)) & jnp.isfinite(cost)
-        if J is not None:
-            finite = finite & jnp.all(jnp.isfinite(J))
-        return Carry(
-            x,
-            f,
-            aux,
-            J,
-            g,
-            cost,
-            TRFState(Delta, alpha, scale_inv),
-            carry.num_steps + accepted.astype(np.int32),
-            nfev,
-            carry.num_jevals + accepted.astype(np.int32),
-            converged,
-            finite,
-            ~accepted & ~term,
+        return next_carry(
+            carry,
+            accepted,
+            y=x,
+            r=f,
+            aux=aux,
+            J=J,
+            g=g,
+            f=cost,
+            state=TRFState(Delta, alpha, scale_inv),
+            num_fevals=nfev,
+            converged=converged,
+            stalled=~accepted & ~term,
         )
 
 

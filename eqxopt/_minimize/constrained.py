@@ -7,7 +7,7 @@ from typing import Any
 import equinox as eqx
 
 from .._checks import concrete_scalar
-from .._core.base import AbstractOptimizer
+from .._core.base import AbstractOptimizer, AbstractSolver
 
 
 class Constraints(eqx.Module):
@@ -58,7 +58,7 @@ class Constraints(eqx.Module):
                 )
 
 
-class AugmentedLagrangian(eqx.Module):
+class AugmentedLagrangian(AbstractSolver):
     r"""A safeguarded augmented Lagrangian method (ALGENCAN's outer loop, Birgin &
     Martínez 2014) for [`eqxopt.minimize`][]`(..., constraints=...)`.
 
@@ -141,6 +141,11 @@ class AugmentedLagrangian(eqx.Module):
     multiplier_bound: float = 1e20
     initial_tolerance: float = 1e-4
     inner_max_steps: int = eqx.field(default=500, static=True)
+
+    solves = "constraints"
+    real_only = (
+        "constraints are real; split complex leaves into real and imaginary parts"
+    )
 
     def __check_init__(self):
         if self.inner is not None and not isinstance(self.inner, AbstractOptimizer):

@@ -278,6 +278,8 @@ class LBFGSB(AbstractLineSearchOptimizer[LBFGSBState]):
     memory_size: int = eqx.field(default=10, static=True)
     linesearch: AbstractLineSearch | None = None
 
+    bounds_aware = True
+
     def __check_init__(self):
         check_hyperparams(self, positive_int=("memory_size",))
         if self.linesearch is not None and not isinstance(

@@ -371,6 +371,8 @@ class AbstractLineSearchOptimizer(AbstractOptimizer[_S]):
     evaluating the loss again.
     """
 
+    evaluates_loss = True
+
     @abc.abstractmethod
     def last_evaluation(self, state: _S) -> Evaluation | None:
         """The loss and gradient at the params after the last update, or `None` when

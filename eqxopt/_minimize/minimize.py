@@ -1,19 +1,18 @@
 """`minimize`: drive any eqxopt optimizer to a minimum of a deterministic loss."""
 
+import dataclasses
+import functools as ft
+import typing
 from collections.abc import Callable
 from typing import Any, NamedTuple, no_type_check
 
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.lax as lax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import lineax as lx
 import numpy as np
-import optimistix as optx
-from jax.core import Tracer
-from jax.extend.core import find_top_trace
 from jaxtyping import Array, Bool, Int32, PyTree
 
 from .._bounds import (
@@ -25,7 +24,6 @@ from .._bounds import (
 from .._core.base import AbstractOptimizer
 from .._misc import (
     compute_dtype,
-    hashable,
     is_param,
     real_dtype,
     strong,
@@ -40,14 +38,20 @@ from .linesearch import (
     ProjectedLoss,
     select,
 )
-from .loop import CPU_OPTIONS, loops, Progress as _Progress, while_loop
-from .newton_cg import NewtonCG
-from .solution import error_if_failed, RESULTS, Solution, succeeded
+from .loop import loops
+from .solution import error_if_failed, RESULTS, Solution
+from .solve import (
+    ADJOINTS,
+    Carry,
+    check_options,
+    check_solver,
+    jit_solve,
+    result_of,
+    run_loop,
+)
 
 
 _ADJOINTS = ("unrolled", "implicit")
-# The trace that runs outside any transformation (`jit`, `grad`, `vmap`).
-_EVAL_TRACE = type(find_top_trace(()))
 
 
 def _split(fn, has_aux):
@@ -116,39 +120,15 @@ def _all_finite(tree):
 class _Options(NamedTuple):
     """The static options of a solve (part of the compilation key; a tuple: built on
     every call, it costs a fraction of a Module's construction). `differentiable`:
-    whether reverse mode may differentiate the solve's loops (see `_loop.py`)."""
+    whether reverse mode may differentiate the solve's loops (see `loop.py`). An inner
+    solve of the augmented Lagrangian has a traced `atol`."""
 
     max_steps: int
     rtol: float
-    atol: float
+    atol: float | Array
     has_aux: bool
     progress: bool
     differentiable: bool = True
-
-
-class _Carry(eqx.Module):
-    """The state of the solve loop between steps. `g` is the gradient in the updates'
-    convention (conjugated for complex leaves, as Optax's); `converged` and `finite`
-    are `_check`'s verdicts at `y` (kept, so that the result needs no new
-    reductions: each costs compilation time)."""
-
-    y: PyTree
-    state: Any
-    f: Array
-    g: PyTree
-    aux: Any
-    num_steps: Int32[Array, ""]
-    num_fevals: Int32[Array, ""]
-    failed: Bool[Array, ""]
-    stalled: Bool[Array, ""]
-    no_decrease: Int32[Array, ""]
-    converged: Bool[Array, ""]
-    finite: Bool[Array, ""]
-
-    @property
-    def stop(self) -> Bool[Array, ""]:
-        """Whether the solve stops here (converged, non-finite, or halted)."""
-        return self.converged | ~self.finite | self.failed | self.stalled
 
 
 # A line search accepts a step without decrease only where rounding in the loss
@@ -194,7 +174,7 @@ class _Problem(eqx.Module):
     def bound_aware(self) -> bool:
         """Whether the optimizer takes the bounds into its model (else each step is
         projected onto the box)."""
-        return isinstance(self.optimizer, LBFGSB)
+        return self.optimizer.bounds_aware
 
     def loss_and_aux(self, y, has_aux):
         """`(loss, aux)` at `y`. Through one cached `jax.jit` of `fn`, so that `fn` is
@@ -222,7 +202,7 @@ class _Problem(eqx.Module):
         return ProjectedLoss(loss, *self.bounds)
 
 
-def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
+def _step(problem: _Problem, options: _Options, carry: Carry) -> Carry:
     """One optimizer step of the solve (the body of its loop)."""
     optimizer, has_aux = problem.optimizer, options.has_aux
     value_fn = problem.value_fn(has_aux)
@@ -256,6 +236,8 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
         )
         aux = carry.aux
         num_fevals = carry.num_fevals + evaluation.num_evals
+    no_decrease = carry.no_decrease
+    assert no_decrease is not None  # (a `minimize` carry)
     if evaluation is None or not (problem.bounds is None or problem.bound_aware):
         # A first-order step, or a projected method's: it stops at a fixed point.
         # (Along a path bent by the projection, a line search may accept steps
@@ -264,38 +246,35 @@ def _step(problem: _Problem, options: _Options, bar, carry: _Carry) -> _Carry:
         # would stop after 48, at a loss 1.4e-6 higher.)
         failed = jnp.zeros((), bool)
         fixed = _at_fixed_point(optimizer, (y, state), (carry.y, carry.state))
-        no_decrease = select(fixed, carry.no_decrease + 1, 0)
+        no_decrease = select(fixed, no_decrease + 1, 0)
         stalled = no_decrease >= _MAX_NO_DECREASE
-    elif isinstance(optimizer, NewtonCG):
+    elif optimizer.rejects_steps:
         # A rejected trial step leaves `y` and shrinks the trust region: not a step
         # without decrease; the optimizer says when it can no longer move `y`.
         failed = evaluation.failed
-        no_decrease = carry.no_decrease
         stalled = evaluation.stalled
     else:
         failed = evaluation.failed
         # The optimizer says when its line search failed below the resolution of y;
         # else accepted steps that no longer decrease the loss are counted.
         same = ~failed & ~(f < carry.f)
-        no_decrease = select(same, carry.no_decrease + 1, 0)
+        no_decrease = select(same, no_decrease + 1, 0)
         stalled = evaluation.stalled | (no_decrease >= _MAX_NO_DECREASE)
     num_steps = select(failed, carry.num_steps, carry.num_steps + 1)
-    if bar is not None:
-        jax.debug.callback(bar.update, num_steps, f, ordered=True)
     converged, finite = _check(f, g, y, problem.bounds, options)
-    return _Carry(
-        y,
-        state,
-        f,
-        g,
-        aux,
-        num_steps,
-        num_fevals,
-        failed,
-        stalled,
-        no_decrease,
-        converged,
-        finite,
+    return Carry(
+        y=y,
+        f=f,
+        g=g,
+        aux=aux,
+        state=state,
+        num_steps=num_steps,
+        num_fevals=num_fevals,
+        converged=converged,
+        finite=finite,
+        stalled=stalled,
+        failed=failed,
+        no_decrease=no_decrease,
     )
 
 
@@ -305,9 +284,9 @@ def _cached(problem: _Problem):
     evaluates `fn` and its gradient at the projection of each trial point (see
     `ProjectedLoss`), and the new point is the projection of the accepted one."""
     optimizer = problem.optimizer
-    if not isinstance(optimizer, AbstractLineSearchOptimizer):
+    if not optimizer.evaluates_loss:
         return None
-    return optimizer.last_evaluation
+    return typing.cast(AbstractLineSearchOptimizer, optimizer).last_evaluation
 
 
 def _at_fixed_point(optimizer: AbstractOptimizer, new, old) -> Bool[Array, ""]:
@@ -391,93 +370,50 @@ def _primal(inputs):
 
 def _run(problem: _Problem, y0, options: _Options):
     """The solve's loop: `(y, (loss, aux, state, result, stats), grad)`."""
-    max_steps = options.max_steps
     (f0, aux0), g0 = problem.value_and_grad(y0, options.has_aux)
     state0 = problem.optimizer.init(y0)
     cached = _cached(problem)
     uses_cache = cached is not None and cached(state0) is not None
-    bar = _Progress(max_steps, "minimize") if options.progress else None
-    if bar is not None:
-        jax.debug.callback(bar.start, ordered=True)
-
-    # The `max_steps` iterations run as one bounded loop (checkpointed, so reverse-mode
-    # differentiable, where the solve can be differentiated) that stops as soon as the
-    # solve does: an iteration after convergence costs nothing, with no conditional
-    # (XLA would copy the whole carry through it). The history is a write-only buffer
-    # of the loop.
-    def cond(c):
-        j, carry, _ = c
-        return ~carry.stop & (j < max_steps)
-
-    def body(c):
-        j, carry, history = c
-        f = carry.f
-        carry = _step(problem, options, bar, carry)
-        # A failed line search returns a zero step: that step is not applied.
-        history = history.at[j].set(select(carry.failed, jnp.nan, f))
-        return j + 1, carry, history
-
-    int32 = lambda n: jnp.asarray(n, jnp.int32)
-    false = jnp.zeros((), bool)
     converged0, finite0 = _check(f0, g0, y0, problem.bounds, options)
-    carry = _Carry(
+    carry = Carry.start(
         y0,
-        state0,
         f0,
         g0,
         aux0,
-        int32(0),
-        int32(1),
-        false,
-        false,
-        int32(0),
-        converged0,
-        finite0,
+        state0,
+        converged=converged0,
+        finite=finite0,
+        no_decrease=jnp.zeros((), jnp.int32),
     )
-    if max_steps > 0:
-        history = jnp.full((max_steps,), jnp.nan, f0.dtype)
-        with loops(options.differentiable):  # the line searches' loops too
-            _, carry, history = while_loop(
-                cond,
-                body,
-                (jnp.zeros((), jnp.int32), carry, history),
-                max_steps=max_steps,
-                buffers=lambda c: c[2],
-            )
-    else:
-        history = jnp.zeros((0,), f0.dtype)
-    y, f, g, aux = carry.y, carry.f, carry.g, carry.aux
-    num_fevals = carry.num_fevals
-    converged, finite = carry.converged, carry.finite
+    carry, history = run_loop(
+        ft.partial(_step, problem, options),
+        carry,
+        max_steps=options.max_steps,
+        differentiable=options.differentiable,
+        progress="minimize" if options.progress else None,
+        # A failed line search returns a zero step: that step is not applied.
+        record=lambda old, new: select(new.failed, jnp.nan, old.f),
+    )
     if options.has_aux and uses_cache:
         # The line search returns the loss and gradient at the new point, not `aux`.
-        f, aux = problem.loss_and_aux(y, options.has_aux)
-        num_fevals = num_fevals + 1
-        converged, finite = _check(f, g, y, problem.bounds, options)
-    R = RESULTS
-    result = R.where(
-        finite & converged,
-        R.successful,
-        R.where(
-            ~finite,
-            R.nonfinite,
-            R.where(
-                carry.failed,
-                R.linesearch_failed,
-                R.where(carry.stalled, R.precision_limit, R.max_steps_reached),
-            ),
-        ),
-    )
-    if bar is not None:
-        jax.debug.callback(bar.close, carry.num_steps, f, ordered=True)
+        f, aux = problem.loss_and_aux(carry.y, options.has_aux)
+        converged, finite = _check(f, carry.g, carry.y, problem.bounds, options)
+        carry = dataclasses.replace(
+            carry,
+            f=f,
+            aux=aux,
+            num_fevals=carry.num_fevals + 1,
+            converged=converged,
+            finite=finite,
+        )
     stats = {
         "num_steps": carry.num_steps,
-        "num_fevals": num_fevals,
+        "num_fevals": carry.num_fevals,
         "history": history,
     }
-    if isinstance(problem.optimizer, NewtonCG):
-        stats["num_hvps"] = carry.state.num_hvps
-    return y, (f, aux, carry.state, result, stats), g
+    for name in problem.optimizer.state_stats:
+        stats[name] = getattr(carry.state, name)
+    return carry.y, (carry.f, carry.aux, carry.state, carry.result, stats), carry.g
 
 
 @no_type_check
@@ -496,7 +432,10 @@ def _leaves(tree):
     return [x for x in jtu.tree_leaves(tree) if is_param(x)]
 
 
-def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
+def _start(y0, bounds, throw_inside):
+    """`(y_dyn, y_static, bounds)`: `y0` split into the leaves that are optimized
+    (strongly typed) and the rest, the bounds broadcast to `y_dyn` (checked inside the
+    computation when they are traced) and `y_dyn` projected into the box."""
     y_dyn, y_static = eqx.partition(y0, is_param)
     y_dyn = jtu.tree_map(strong, y_dyn)
     if bounds is not None:
@@ -531,53 +470,47 @@ def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
                 ],
             )
         y_dyn = project(y_dyn, *bounds)
-    if isinstance(optimizer, _Constrained):
-        inputs = (fn, optimizer, y_dyn, y_static, args, bounds, options)
-        if adjoint == "implicit":
-            root, (loss, aux, state, result, stats) = optx.internal.implicit_jvp(
-                _constrained_primal,
-                _kkt,
-                inputs,
-                frozenset(),
-                lx.AutoLinearSolver(well_posed=None),
-            )
-        else:
-            root, (loss, aux, state, result, stats) = _constrained_primal(inputs)
-        y, eq, ineq = root
-        refs = _constraint_refs(optimizer.constraints, y_dyn, y_static, args)
-        sol = Solution(
-            value=eqx.combine(y, y_static),
-            loss=loss,
-            aux=aux,
-            state=state,
-            result=result,
-            stats=stats,
-            multipliers={"eq": _unflat(eq, refs[0]), "ineq": _unflat(ineq, refs[1])},
-        )
-        if throw_inside:
-            sol = error_if_failed(sol, result, "eqxopt.minimize")
-        return sol
+    return y_dyn, y_static, bounds
+
+
+def _solve(fn, optimizer, y0, args, bounds, options, throw_inside, adjoint):
+    """A solve of `minimize` without constraints (inside `jit_solve`'s `jit`)."""
+    y_dyn, y_static, bounds = _start(y0, bounds, throw_inside)
     problem = _Problem(fn, optimizer, y_static, args, bounds)
-    inputs = (problem, y_dyn, options)
-    if adjoint == "implicit":
-        tags = frozenset() if bounds is not None else frozenset({lx.symmetric_tag})
-        y, (loss, aux, state, result, stats) = optx.internal.implicit_jvp(
-            _primal, _rewrite, inputs, tags, lx.AutoLinearSolver(well_posed=None)
-        )
+    tags = frozenset() if bounds is not None else frozenset({lx.symmetric_tag})
+    y, (loss, aux, state, result, stats) = adjoint.solve(
+        _primal, _rewrite, (problem, y_dyn, options), tags
+    )
+    if not adjoint.through_loop:
         # Recompute the loss and aux outside the custom derivative, so that they are
         # differentiable too (through `y` and `args`).
         loss, aux = problem.loss_and_aux(y, options.has_aux)
         stats = dict(stats, num_fevals=stats["num_fevals"] + 1)
-    else:
-        y, (loss, aux, state, result, stats) = _primal(inputs)
-    sol = Solution(
-        value=eqx.combine(y, y_static),
-        loss=loss,
-        aux=aux,
-        state=state,
-        result=result,
-        stats=stats,
+    out = (loss, aux, state, result, stats)
+    return _solution(eqx.combine(y, y_static), out, throw_inside)
+
+
+def _solve_constrained(
+    fn, constrained, y0, args, bounds, options, throw_inside, adjoint
+):
+    """A solve of `minimize` with constraints (inside `jit_solve`'s `jit`)."""
+    y_dyn, y_static, bounds = _start(y0, bounds, throw_inside)
+    inputs = (fn, constrained, y_dyn, y_static, args, bounds, options)
+    root, (loss, aux, state, result, stats) = adjoint.solve(
+        _constrained_primal, _kkt, inputs, frozenset()
     )
+    y, eq, ineq = root
+    refs = _constraint_refs(constrained.constraints, y_dyn, y_static, args)
+    multipliers = {"eq": _unflat(eq, refs[0]), "ineq": _unflat(ineq, refs[1])}
+    out = (loss, aux, state, result, stats)
+    return _solution(eqx.combine(y, y_static), out, throw_inside, multipliers)
+
+
+def _solution(value, out, throw_inside, multipliers=None) -> Solution:
+    """The `Solution` at `value` from the solve's outputs `out = (loss, aux, state,
+    result, stats)`, raising inside the computation when it failed (`throw_inside`)."""
+    loss, aux, state, result, stats = out
+    sol = Solution(value, loss, aux, state, result, stats, multipliers=multipliers)
     if throw_inside:
         sol = error_if_failed(sol, result, "eqxopt.minimize")
     return sol
@@ -695,9 +628,10 @@ def _violation(h, c):
 
 
 class _Outer(eqx.Module):
-    """The carry of the augmented Lagrangian's outer loop."""
+    """The carry of the augmented Lagrangian's outer loop (`num_steps`: outer
+    iterations)."""
 
-    k: Int32[Array, ""]
+    num_steps: Int32[Array, ""]
     y: PyTree
     lam: Array
     mu: Array
@@ -715,6 +649,10 @@ class _Outer(eqx.Module):
     finite: Bool[Array, ""]
     infeasible: Bool[Array, ""]
     stuck: Bool[Array, ""]
+
+    @property
+    def stop(self) -> Bool[Array, ""]:
+        return self.converged | ~self.finite | self.infeasible | self.stuck
 
 
 @no_type_check
@@ -750,7 +688,7 @@ def _constrained_primal(inputs):
     inf = scalar(jnp.inf)
     false = jnp.zeros((), bool)
     init = _Outer(
-        k=jnp.zeros((), jnp.int32),
+        num_steps=jnp.zeros((), jnp.int32),
         y=y0,
         lam=jnp.zeros_like(h0),
         mu=jnp.zeros_like(c0),
@@ -771,13 +709,7 @@ def _constrained_primal(inputs):
     )
     max_steps = options.max_steps
 
-    def cond(carry):
-        c, _ = carry
-        return ~c.converged & c.finite & ~c.infeasible & ~c.stuck
-
-    def body(carry):
-        o, history = carry
-        history = history.at[o.k].set(o.f)
+    def body(o: _Outer) -> _Outer:
         lam_bar = jnp.clip(o.lam, -bound, bound)
         mu_bar = jnp.clip(o.mu, 0, bound)
         multipliers = (args, lam_bar, mu_bar, o.rho)
@@ -798,7 +730,7 @@ def _constrained_primal(inputs):
         violation = _violation(h, c)
         measure = jnp.maximum(_inf_norm(h), _inf_norm(jnp.minimum(c, mu_bar / o.rho)))
         complementarity = _inf_norm(jnp.minimum(c, mu))
-        keep = (o.k == 0) | (measure <= tau * o.prev_measure)
+        keep = (o.num_steps == 0) | (measure <= tau * o.prev_measure)
         rho = jnp.where(keep, o.rho, jnp.minimum(gamma * o.rho, cap))
         infeasible = (
             (o.rho >= cap) & (violation > atol) & ~(violation <= tau * o.prev_violation)
@@ -823,7 +755,7 @@ def _constrained_primal(inputs):
         )
         tol = jnp.where(violation <= atol, atol, jnp.maximum(atol, 0.1 * o.tol))
         new = _Outer(
-            k=o.k + 1,
+            num_steps=o.num_steps + 1,
             y=y,
             lam=lam,
             mu=mu,
@@ -842,36 +774,14 @@ def _constrained_primal(inputs):
             infeasible=infeasible,
             stuck=stuck,
         )
-        return new, history
+        return new
 
-    history = jnp.full((max_steps,), jnp.nan, dtype)
-    if max_steps > 0:
-        with loops(options.differentiable):
-            out, history = while_loop(
-                cond,
-                body,
-                (init, history),
-                max_steps=max_steps,
-                buffers=lambda c: c[1],
-            )
-    else:
-        out = init
-    R = RESULTS
-    result = R.where(
-        out.converged,
-        R.successful,
-        R.where(
-            ~out.finite,
-            R.nonfinite,
-            R.where(
-                out.infeasible,
-                R.infeasible,
-                R.where(out.stuck, R.precision_limit, R.max_steps_reached),
-            ),
-        ),
+    out, history = run_loop(
+        body, init, max_steps=max_steps, differentiable=options.differentiable
     )
+    result = result_of(out.converged, out.finite, out.stuck, infeasible=out.infeasible)
     stats = {
-        "num_steps": out.k,
+        "num_steps": out.num_steps,
         "num_fevals": out.num_fevals,
         "num_cevals": out.num_fevals,
         "history": history,
@@ -899,81 +809,6 @@ def _kkt(root, residual, inputs):
         grad = _gradient_measure(grad, y, bounds)
     _, _, h, c = loss.evaluate(eqx.combine(y, y_static), args)
     return grad, h, jnp.minimum(c, mu)
-
-
-def _jit_body(dynamic, static, *rest):
-    """`_solve` on the inputs split by `_minimize`. The `Solution`'s non-array leaves
-    (those of `y0`, as an `eqx.nn.MLP`'s activation functions) leave the `jit` as
-    static output, as in `eqx.filter_jit`."""
-    treedef, leaves = static
-    leaves = [s if d is None else d for d, s in zip(dynamic, leaves)]
-    fn, optimizer, y0, args, bounds = jtu.tree_unflatten(treedef, leaves)
-    sol = _solve(fn, optimizer, y0, args, bounds, *rest)
-    arrays, others = eqx.partition(sol, eqx.is_array)
-    return arrays, eqxi.Static(others)
-
-
-# Only a top-level `jax.jit` takes compiler options: inside an outer trace (`jit`,
-# `vmap`, `grad`), the solve is traced by the plain one.
-_solve_jit = {
-    "top": jax.jit(
-        _jit_body, static_argnums=(1, 2, 3, 4), compiler_options=CPU_OPTIONS
-    ),
-    "nested": jax.jit(_jit_body, static_argnums=(1, 2, 3, 4)),
-}
-
-
-def _minimize(fn, optimizer, y0, args, bounds, options, throw, adjoint) -> Solution:
-    """`_solve` under `jit` (as `eqx.filter_jit`: arrays traced, the rest static).
-
-    Under an outer transformation (`jit`, `vmap`, `grad`; even when no input is a
-    tracer, as `fn` may close over one) a failure raises through `eqx.error_if`
-    inside the computation; called eagerly, the result is checked here, after the
-    solve, and raised as an `eqx.EquinoxRuntimeError`."""
-    # Under a transformation (`jit`, `grad`, `vmap`) `fn` may close over its tracers
-    # even when no input is one. The implicit adjoint differentiates through `fn`'s
-    # inputs only: its closed-over tracers become leaves of `fn` (as optimistix does).
-    tracing = type(find_top_trace(())) is not _EVAL_TRACE
-    if tracing and adjoint == "implicit":
-        fn = eqx.filter_closure_convert(fn, y0, args)
-    # One flatten (cheaper than `eqx.partition`): arrays are traced, the rest static.
-    leaves, treedef = jtu.tree_flatten((fn, optimizer, y0, args, bounds))
-    arrays = [eqx.is_array(x) for x in leaves]
-    traced = tracing or any(isinstance(x, Tracer) for x in leaves)
-    throw_inside = throw and traced
-    # Reverse mode can reach the loops only through a traced call with the unrolled
-    # adjoint (an eager call's result is concrete; the implicit adjoint's primal is
-    # never differentiated): else they are plain loops, faster to trace and compile.
-    options = options._replace(differentiable=traced and adjoint == "unrolled")
-    dynamic = [x if a else None for x, a in zip(leaves, arrays)]
-    static = (treedef, tuple(None if a else x for x, a in zip(leaves, arrays)))
-    rest = (options, throw_inside, adjoint)
-    if not hashable(static):
-        _raise_unhashable(fn, optimizer, y0, args, bounds)
-    arrays, others = _solve_jit["nested" if traced else "top"](dynamic, static, *rest)
-    sol = eqx.combine(arrays, others.value)
-    if throw and not traced and not succeeded(sol.result):
-        raise eqx.EquinoxRuntimeError("eqxopt.minimize: " + RESULTS[sol.result])
-    return sol
-
-
-def _raise_unhashable(fn, optimizer, y0, args, bounds):
-    """The non-array parts of the inputs are the compilation key: name the first one
-    that cannot be hashed."""
-    inputs = dict(fn=fn, optimizer=optimizer, y0=y0, args=args, bounds=bounds)
-    for name, value in inputs.items():
-        for path, leaf in jtu.tree_leaves_with_path(value):
-            if not eqx.is_array(leaf) and not hashable(leaf):
-                raise ValueError(
-                    f"eqxopt.minimize: `{name}{jtu.keystr(path)}` is a non-array leaf "
-                    "(a static part of the compilation key, as in "
-                    "`equinox.filter_jit`) that cannot be hashed: "
-                    f"{type(leaf).__name__}. Pass arrays, hashable values, or a PyTree "
-                    "(e.g. an `eqx.Module`) instead."
-                )
-    # (A PyTree structure hashed even with unhashable static data in a node, a list
-    # in an `eqx.field(static=True)` or a registered node's aux data: jax 0.10.2.)
-    raise AssertionError("eqxopt.minimize: unhashable inputs, but no unhashable leaf")
 
 
 def _check_y0(y0):
@@ -1107,7 +942,7 @@ def minimize(
         assert sol.result == eqxopt.RESULTS.successful and jnp.allclose(sol.value, 1.0)
         ```
     """
-    if constraints is not None and not isinstance(optimizer, AugmentedLagrangian):
+    if constraints is not None and getattr(optimizer, "solves", None) != "constraints":
         raise ValueError(
             "eqxopt.minimize: `constraints` are solved by "
             "`eqxopt.AugmentedLagrangian()` (pass it as the optimizer; its `inner=` "
@@ -1118,50 +953,36 @@ def minimize(
             "eqxopt.minimize: `constraints` must be an `eqxopt.Constraints(eq=..., "
             f"ineq=...)`, got {type(constraints).__name__}."
         )
-    solver: Any = optimizer
-    if isinstance(optimizer, AugmentedLagrangian):
-        if constraints is None:
-            constraints = Constraints()
-        solver = _Constrained(optimizer, constraints)
-    elif not isinstance(optimizer, AbstractOptimizer):
-        raise ValueError(
-            "eqxopt.minimize: `optimizer` must be an eqxopt optimizer (an "
-            f"`eqxopt.AbstractOptimizer`), got {type(optimizer).__name__}; wrap an "
-            "Optax transformation with `eqxopt.from_optax`."
-        )
-    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)):
-        raise ValueError(
-            f"eqxopt.minimize: `max_steps` must be an int >= 0, got {max_steps!r}."
-        )
-    if max_steps < 0:
-        raise ValueError(
-            f"eqxopt.minimize: `max_steps` must be an int >= 0, got {max_steps}."
-        )
-    if adjoint not in _ADJOINTS:
-        raise ValueError(
-            f"eqxopt.minimize: `adjoint` must be 'unrolled' or 'implicit', got "
-            f"{adjoint!r}."
-        )
-    for name, tol in (("rtol", rtol), ("atol", atol)):
-        if not float(tol) >= 0:
-            raise ValueError(f"eqxopt.minimize: `{name}` must be >= 0, got {tol}.")
+    kind = check_solver(
+        "eqxopt.minimize",
+        "optimizer",
+        optimizer,
+        ("loss", "constraints"),
+        "an eqxopt optimizer (an `eqxopt.AbstractOptimizer`; wrap an Optax "
+        "transformation with `eqxopt.from_optax`)",
+        bounds=bounds,
+        y0=y0,
+    )
+    check_options(
+        "eqxopt.minimize", max_steps, adjoint, _ADJOINTS, rtol=rtol, atol=atol
+    )
     _check_y0(y0)
-    if isinstance(solver, _Constrained) and any(
-        jnp.iscomplexobj(x) for x in _leaves(y0)
-    ):
-        raise ValueError(
-            "eqxopt.minimize: `AugmentedLagrangian` takes real `y0` only (constraints "
-            "are real); split complex leaves into real and imaginary parts."
-        )
-    if bounds is not None and isinstance(solver, NewtonCG):
-        raise ValueError(
-            "eqxopt.minimize: `NewtonCG` takes no `bounds` (its trust region is a "
-            "ball around the point, not a box); use `eqxopt.LBFGSB()` for box "
-            "constraints."
-        )
     if bounds is not None:  # validate here, where concrete bounds can be checked
         check_bounds(bounds, eqx.filter(y0, is_param))
     options = _Options(
         int(max_steps), float(rtol), float(atol), bool(has_aux), bool(progress)
     )
-    return _minimize(fn, solver, y0, args, bounds, options, bool(throw), adjoint)
+    solve, solver = _solve, optimizer
+    if kind == "constraints":
+        solve = _solve_constrained
+        method = typing.cast(AugmentedLagrangian, optimizer)
+        solver = _Constrained(method, constraints or Constraints())
+    return jit_solve(
+        "eqxopt.minimize",
+        "optimizer",
+        solve,
+        (fn, solver, y0, args, bounds),
+        options,
+        bool(throw),
+        ADJOINTS[adjoint],
+    )

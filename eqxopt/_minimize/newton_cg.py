@@ -227,6 +227,12 @@ class NewtonCG(AbstractLineSearchOptimizer[NewtonCGState]):
     max_cg_steps: int | None = eqx.field(default=None, static=True)
 
     _real_params_only = "its trust region is a real Euclidean ball"
+    refuses_bounds = (
+        "its trust region is a ball around the point, not a box; use "
+        "`eqxopt.LBFGSB()` for box constraints"
+    )
+    rejects_steps = True
+    state_stats = ("num_hvps",)
 
     def __check_init__(self):
         eta = concrete_scalar(self, "eta", self.eta)
