@@ -189,6 +189,10 @@ from ._sharding import (
     abstract_state as abstract_state,
     state_shardings as state_shardings,
 )
+from ._storage import (
+    Quantized as Quantized,
+    QuantizedArray as QuantizedArray,
+)
 from ._transforms.adaptive_grad_clip import AdaptiveGradClip as AdaptiveGradClip
 from ._transforms.centralize import Centralize as Centralize
 from ._transforms.clip import (
