@@ -247,6 +247,12 @@ from ._wrappers.partition import (
     Partition as Partition,
     PartitionState as PartitionState,
 )
+from ._wrappers.precision import (
+    Compensated as Compensated,
+    CompensatedState as CompensatedState,
+    StochasticRounding as StochasticRounding,
+    StochasticRoundingState as StochasticRoundingState,
+)
 from ._wrappers.sam import SAM as SAM, SAMState as SAMState
 from ._wrappers.schedule_free import (
     ScheduleFree as ScheduleFree,

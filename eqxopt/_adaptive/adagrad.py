@@ -3,7 +3,6 @@
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.typing import DTypeLike
 from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
@@ -126,7 +125,7 @@ class ScaleByRss(AbstractOptimizer[AdagradState]):
 
     initial_accumulator_value: ScalarLike = 0.1
     eps: ScalarLike = 1e-7
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
     _state_buffers = {"sum_of_squares": True}
 
@@ -177,7 +176,7 @@ class Adagrad(AbstractOptimizer[AdagradState]):
     learning_rate: ScalarOrSchedule
     initial_accumulator_value: ScalarLike = 0.1
     eps: ScalarLike = 1e-7
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
     _state_buffers = {"sum_of_squares": True}
 

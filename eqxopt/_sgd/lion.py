@@ -3,7 +3,6 @@
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jax.typing import DTypeLike
 from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
@@ -129,7 +128,7 @@ class ScaleByLion(AbstractOptimizer[LionState]):
 
     b1: ScalarLike = 0.9
     b2: ScalarLike = 0.99
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
     mode: str = eqx.field(default="hard", static=True, kw_only=True)
     smooth_beta: ScalarLike = eqx.field(default=1.0, kw_only=True)
 
@@ -202,7 +201,7 @@ class Lion(AbstractOptimizer[LionState]):
     learning_rate: ScalarOrSchedule
     b1: ScalarLike = 0.9
     b2: ScalarLike = 0.99
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
     weight_decay: ScalarOrSchedule = 1e-3
     mask: FilterSpec | None = mask_field(default=None)
 

@@ -1,5 +1,4 @@
 import equinox as eqx
-from jax.typing import DTypeLike
 from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
@@ -70,7 +69,7 @@ class SGD(AbstractOptimizer[SGDState]):
     learning_rate: ScalarOrSchedule
     momentum: ScalarLike | None = None
     nesterov: bool = eqx.field(default=False, static=True)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
 
     def _param_buffers(self) -> dict[str, bool]:
         return {} if self.momentum is None else {"trace": False}

@@ -1,5 +1,4 @@
 import equinox as eqx
-from jax.typing import DTypeLike
 from jaxtyping import PyTree
 
 from .._checks import check_hyperparams
@@ -65,7 +64,7 @@ class Trace(AbstractOptimizer[TraceState]):
 
     decay: ScalarLike
     nesterov: bool = eqx.field(default=False, static=True)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
 
     _state_buffers = {"trace": False}
 
