@@ -156,6 +156,10 @@ from ._parameter_free.polyak import (
     ScaleByPolyak as ScaleByPolyak,
 )
 from ._parameter_free.prodigy import Prodigy as Prodigy, ProdigyState as ProdigyState
+from ._quantized import (
+    Quantized as Quantized,
+    QuantizedArray as QuantizedArray,
+)
 from ._sgd.dpsgd import (
     DifferentiallyPrivateAggregate as DifferentiallyPrivateAggregate,
     DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState,
@@ -188,10 +192,6 @@ from ._sgd.sign import (
 from ._sharding import (
     abstract_state as abstract_state,
     state_shardings as state_shardings,
-)
-from ._storage import (
-    Quantized as Quantized,
-    QuantizedArray as QuantizedArray,
 )
 from ._transforms.adaptive_grad_clip import AdaptiveGradClip as AdaptiveGradClip
 from ._transforms.centralize import Centralize as Centralize

@@ -25,7 +25,7 @@ from ._misc import (
     scalar,
     tree_map,
 )
-from ._storage import dtype_of, read, write
+from ._quantized import dtype_of, read, write
 
 
 def is_zero(value) -> bool:

@@ -201,7 +201,7 @@ def test_transcribed_maps():
         rtol=1e-6,
     )
     for fmt, signed in QMAPS:
-        ours = eqxopt._storage.qmap(fmt, signed)
+        ours = eqxopt._quantized.qmap(fmt, signed)
         np.testing.assert_array_equal(ours, QMAPS[fmt, signed])
 
 

@@ -33,7 +33,7 @@ from .._misc import (
     typechecked,
     zero_count,
 )
-from .._storage import buffers_like, dtype_of, read, Stored, write
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 # Abstract fields: type checkers see a `ClassVar` (as equinox does for its
@@ -141,7 +141,7 @@ def adam_family_step(
     the 1-based step number (`rule(t)` is built once per dtype), then `finish(direction,
     g, p, selected) -> update` (`selected` is the leaf's `mask` entry, `None` without a
     mask; no `finish` returns the direction). Buffers are read and stored back through
-    `eqxopt._storage` (their own dtype, or re-quantized), and updates returned in the
+    `eqxopt._quantized` (their own dtype, or re-quantized), and updates returned in the
     param's dtype.
     """
     count = increment(state.count)

@@ -14,7 +14,7 @@ from .._misc import (
     scalar,
     zero_count,
 )
-from .._storage import buffers_like
+from .._quantized import buffers_like
 from .base import adam_family_step, adam_moments, AdamState
 
 

@@ -21,7 +21,7 @@ from .._misc import (
     typechecked,
     zero_count,
 )
-from .._storage import buffers_like, dtype_of, read, Stored, write
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked

@@ -25,7 +25,7 @@ from .._misc import (
     typechecked,
     zero_count,
 )
-from .._storage import buffers_like, dtype_of, read, Stored, write
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 # Abstract fields: type checkers see a `ClassVar` (as equinox does for its

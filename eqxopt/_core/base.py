@@ -35,7 +35,7 @@ from .._misc import (
     typechecked,
     write_after,
 )
-from .._storage import check_storage, is_quantized
+from .._quantized import check_storage, is_quantized
 
 
 class StateDriftError(TypeError):
@@ -551,7 +551,7 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
                 check_storage(self, field, self._param_buffers())
 
     # The state buffers that mirror params, `{field name: non-negative}`, read and
-    # written through `eqxopt._storage` (so `state_dtype` may quantize them); `None`
+    # written through `eqxopt._quantized` (so `state_dtype` may quantize them); `None`
     # for an optimizer whose `state_dtype` takes dtypes only.
     _state_buffers: ClassVar[dict[str, bool] | None] = None
 

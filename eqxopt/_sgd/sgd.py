@@ -17,7 +17,7 @@ from .._misc import (
     typechecked,
     zero_count,
 )
-from .._storage import buffers_like, dtype_of, Stored
+from .._quantized import buffers_like, dtype_of, Stored
 
 
 @typechecked

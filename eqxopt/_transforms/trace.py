@@ -14,7 +14,7 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
 )
-from .._storage import buffers_like, dtype_of, Stored
+from .._quantized import buffers_like, dtype_of, Stored
 
 
 @typechecked

@@ -28,7 +28,7 @@ from .._misc import (
     typechecked,
     zero_count,
 )
-from .._storage import buffers_like, dtype_of, is_quantized, read, Stored, write
+from .._quantized import buffers_like, dtype_of, is_quantized, read, Stored, write
 from .base import like_zero_updates, zero_updates
 
 
