@@ -1,5 +1,5 @@
-r"""How a state buffer that mirrors a param is stored (API.md section 8): in a dtype,
-or blockwise quantized as a [`eqxopt.QuantizedArray`][].
+r"""How a state buffer that mirrors a param is stored (docs/memory_precision.md): in
+a dtype, or blockwise quantized as a [`eqxopt.QuantizedArray`][].
 
 An optimizer declares its param-mirroring buffers once (`_state_buffers`: each
 buffer's field name and whether it is non-negative); its `state_dtype` (a dtype,

@@ -545,7 +545,7 @@ class AbstractOptimizer(eqx.Module, Generic[State]):
         # schedule (design.md#protocol); ranges are checked by each class.
         check_scalar_fields(self)
         # A quantized or per-buffer `state_dtype` must fit the buffers the optimizer
-        # declares (API.md section 8).
+        # declares (docs/memory_precision.md).
         for field in ("state_dtype", "accumulator_dtype"):
             if hasattr(self, field):
                 check_storage(self, field, self._param_buffers())

@@ -1,5 +1,5 @@
 r"""Low-precision params that lose nothing: `StochasticRounding` and `Compensated`
-(API.md section 8)."""
+(docs/memory_precision.md)."""
 
 from typing import Any
 
