@@ -23,9 +23,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import equinox as eqx
+import jax
+import jax.core
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 from jaxtyping import Array, Float32, Inexact, UInt8
 
 from ._misc import full_like_leaf, OpaqueLeaf, tree_map, typechecked
@@ -283,6 +286,28 @@ def empty(shape: tuple[int, ...], spec: Quantized, signed: bool) -> QuantizedArr
     )
 
 
+def block_sharding(
+    sharding: NamedSharding, shape: tuple[int, ...], block: int
+) -> NamedSharding:
+    """The sharding of a quantized buffer's codes and scales (both split along their
+    leading, per-block axis) for a param of `shape` sharded as `sharding`: split over
+    the mesh axes that split the param's first dimension when that is the param's only
+    sharded dimension and each shard holds whole blocks (the blocks follow the param's
+    row-major order, so each device then holds the blocks of its own rows);
+    replicated otherwise."""
+    spec = list(sharding.spec) + [None] * (len(shape) - len(sharding.spec))
+    mesh = sharding.mesh
+    if not shape or any(entry not in (None, ()) for entry in spec[1:]):
+        return NamedSharding(mesh, PartitionSpec(), memory_kind=sharding.memory_kind)
+    first = spec[0]
+    axes = (first,) if isinstance(first, str) else tuple(first or ())
+    n = math.prod(mesh.shape[a] for a in axes)
+    size = math.prod(shape)
+    if not axes or shape[0] % n or (size // n) % block:
+        return NamedSharding(mesh, PartitionSpec(), memory_kind=sharding.memory_kind)
+    return NamedSharding(mesh, PartitionSpec(first), memory_kind=sharding.memory_kind)
+
+
 # --- the storage rule of a buffer ---------------------------------------------------
 
 
@@ -301,9 +326,19 @@ def new_buffer(p: Array, value: Any, storage: Any, nonnegative: bool) -> Any:
         if p.size < storage.min_size or jnp.iscomplexobj(p):
             return full_like_leaf(p, value, p.dtype)
         out = empty(tuple(p.shape), storage, signed=not nonnegative)
-        if isinstance(value, (int, float)) and value == 0:
-            return out
-        return encode(jnp.full(p.shape, value, jnp.float32), out)
+        if not (isinstance(value, (int, float)) and value == 0):
+            out = encode(jnp.full(p.shape, value, jnp.float32), out)
+        sharding = getattr(p, "sharding", None)
+        if isinstance(sharding, NamedSharding) and not isinstance(p, jax.core.Tracer):
+            # Eagerly, on the param's mesh (under `jit`, `eqxopt.state_shardings`
+            # gives the same placement as `out_shardings`).
+            placed = block_sharding(sharding, tuple(p.shape), storage.block)
+            out = eqx.tree_at(
+                lambda q: (q.codes, q.scales),
+                out,
+                jax.device_put((out.codes, out.scales), placed),
+            )
+        return out
     return full_like_leaf(p, value, storage or p.dtype)
 
 
