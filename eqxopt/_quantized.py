@@ -13,7 +13,8 @@ optimizers always made, so their numbers are unchanged bit for bit.
 The encodings are torchao's (`torchao/optim/quant_utils.py`, `subclass_8bit.py`,
 `subclass_4bit.py`, `subclass_fp8.py`): per block, the absmax (clipped below at
 1e-12) is the scale; int8 and int4 round `x / scale` to the nearest entry of a
-quantization map with torchao's branchless binary search and its tie rule, fp8 casts
+quantization map with torchao's branchless binary search and its tie rule (computed
+here, code for code, by two look-ups in tables built from that search), fp8 casts
 `x / (absmax / 448)` to `float8_e4m3fn`.
 """
 
@@ -239,21 +240,88 @@ def _blocks(x: Array, block: int) -> Array:
     return flat.reshape(-1, block)
 
 
-def _nearest_code(x: Array, table: np.ndarray) -> Array:
-    """torchao's `quantize_{8,4}bit_with_qmap`: the branchless binary search for the
-    largest entry <= `x`, then up one code when `x` is at least half-way there."""
+def _search(x: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """torchao's `quantize_{8,4}bit_with_qmap` in NumPy (float32): the branchless
+    binary search for the largest entry <= `x`, then up one code when `x` is at least
+    half-way to the next entry (its tie rule, rounding included)."""
     n = table.shape[0]
-    q = jnp.asarray(table)
     half = n // 2
-    codes = jnp.where(x >= q[half], half, 0).astype(jnp.int32)
+    codes = np.where(x >= table[half], half, 0)
     step = half // 2
     while step >= 1:
-        codes = codes + jnp.where(x >= q[codes + step], step, 0).astype(jnp.int32)
+        codes = codes + np.where(x >= table[codes + step], step, 0)
         step //= 2
-    up = jnp.minimum(codes + 1, n - 1)
-    down_value, up_value = q[codes], q[up]
-    codes = jnp.where(x - down_value >= (up_value - down_value) * 0.5, up, codes)
-    return codes.astype(jnp.uint8)
+    up = np.minimum(codes + 1, n - 1)
+    down_value, up_value = table[codes], table[up]
+    half_gap = (up_value - down_value) * np.float32(0.5)
+    return np.where(x - down_value >= half_gap, up, codes)
+
+
+def _ordered(x: Any) -> np.ndarray:
+    """float32 -> int64, in the order of the values (-0.0 and 0.0 apart)."""
+    i = np.asarray(x, np.float32).view(np.int32).astype(np.int64)
+    return np.where(i < 0, -(i & 0x7FFFFFFF) - 1, i)
+
+
+def _unordered(k: Any) -> np.ndarray:
+    """The inverse of [`_ordered`][]."""
+    k = np.asarray(k, np.int64)
+    bits = np.where(k < 0, (-(k + 1)) | 0x80000000, k).astype(np.uint32)
+    return bits.view(np.float32)
+
+
+_LOOKUPS: dict[tuple[str, bool], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _lookup(format: str, signed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Tables that give [`_search`][]'s code of any float32 `x` in two look-ups,
+    keyed by the top 16 bits of `x`: `base` (the code at the bucket's lowest value)
+    and `step` (the one value in the bucket where the code goes up by one; NaN if
+    none). Built once per map from `_search` itself: for each code `j`, the smallest
+    float32 whose code is at least `j`, found by bisection over the float32 values."""
+    key = (format, signed)
+    if key not in _LOOKUPS:
+        table = qmap(format, signed)
+        n = table.shape[0]
+        target = np.arange(1, n)
+        lo = np.full(n - 1, _ordered(np.float32(-np.inf)), np.int64)
+        hi = np.full(n - 1, _ordered(np.float32(np.inf)), np.int64)
+        while np.any(hi - lo > 1):  # invariant: code(lo) < j <= code(hi)
+            mid = (lo + hi) // 2
+            ok = _search(_unordered(mid), table) >= target
+            hi, lo = np.where(ok, mid, hi), np.where(ok, lo, mid)
+        rises = _unordered(hi)  # code(x) = number of `rises` <= x, for non-NaN x
+        assert np.all(np.diff(_ordered(rises)) >= 0)
+        # Bucket b holds the floats whose top 16 bits are b: one interval of values.
+        buckets = np.arange(1 << 16, dtype=np.uint32) << 16
+        ends = np.stack([buckets, buckets | 0xFFFF]).view(np.float32)
+        low = np.where(buckets >> 31 == 1, ends[1], ends[0])
+        base = np.searchsorted(_ordered(rises), _ordered(low), side="right")
+        step = np.full(1 << 16, np.nan, np.float32)
+        for r in rises:
+            b = int(r.view(np.uint32) >> 16)
+            if _ordered(r) > _ordered(low[b]):
+                assert np.isnan(step[b]), "two code boundaries in one bucket"
+                step[b] = r
+        base = np.where(np.isnan(low), 0, base).astype(np.uint8)
+        base.setflags(write=False)
+        step.setflags(write=False)
+        _LOOKUPS[key] = (base, step)
+    return _LOOKUPS[key]
+
+
+def _nearest_code(x: Array, format: str, signed: bool) -> Array:
+    """torchao's nearest code of `x` ([`_search`][]) in the map of `format`, bit for
+    bit, as two table look-ups (see [`_lookup`][]) rather than eight dependent ones;
+    NaN gets code 0, as in torchao."""
+    base, step = _lookup(format, signed)
+    bits = lax.bitcast_convert_type(x, jnp.uint32)
+    bucket = lax.shift_right_logical(bits, jnp.uint32(16))
+    bucket = bucket.astype(jnp.int32)
+    codes = jnp.asarray(base)[bucket] + (x >= jnp.asarray(step)[bucket]).astype(
+        jnp.uint8
+    )
+    return jnp.where(jnp.isnan(x), jnp.uint8(0), codes)
 
 
 def encode(x: Array, like: QuantizedArray) -> QuantizedArray:
@@ -266,7 +334,7 @@ def encode(x: Array, like: QuantizedArray) -> QuantizedArray:
         codes = lax.bitcast_convert_type(values, jnp.uint8)
     else:
         scales = jnp.maximum(absmax, 1e-12)
-        codes = _nearest_code(blocks / scales[:, None], qmap(like.format, like.signed))
+        codes = _nearest_code(blocks / scales[:, None], like.format, like.signed)
         if like.format == "int4":
             codes = (codes[:, 0::2] << 4) | codes[:, 1::2]
     return QuantizedArray(codes, scales, like.shape, like.format, like.signed)

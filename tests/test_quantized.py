@@ -205,6 +205,29 @@ def test_transcribed_maps():
         np.testing.assert_array_equal(ours, QMAPS[fmt, signed])
 
 
+def test_nearest_code_is_torchaos_at_every_boundary():
+    """The encoder's two table look-ups give the transcription's code on both sides
+    of every code boundary and every map entry, at the extremes, at NaN and on
+    random values."""
+    from eqxopt._quantized import _lookup, _nearest_code
+
+    rng = np.random.default_rng(0)
+    for (fmt, signed), table in QMAPS.items():
+        rises = _lookup(fmt, signed)[1]
+        points = np.concatenate([rises[~np.isnan(rises)], table]).astype(np.float32)
+        x = np.concatenate(
+            [
+                points,
+                np.nextafter(points, np.float32(-np.inf)),
+                np.nextafter(points, np.float32(np.inf)),
+                rng.uniform(-1.0, 1.0, 10_000).astype(np.float32),
+                np.float32([0.0, -0.0, 1e-40, -1e-40, np.inf, -np.inf, np.nan]),
+            ]
+        )
+        ours = np.asarray(_nearest_code(jnp.asarray(x), fmt, signed))
+        np.testing.assert_array_equal(ours, np_quantize_with_qmap(x, table))
+
+
 # --- parity ---------------------------------------------------------------------
 
 SHAPES = {
