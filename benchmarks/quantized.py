@@ -1,8 +1,9 @@
 """State bytes per parameter (from `eqxopt.verify`) and step time against float32-state
 AdamW, for AdamW with int8, int4 and fp8 state, on one 10M-parameter tree (or
-`--params N`). Run: `python benchmarks/quantized.py [--params 10000000] [--steps 20]`.
-Prints one row per format; times are medians of jitted, donated steps on the default
-backend (CPU here; the same script runs on a GPU)."""
+`--params N`). Run:
+`python benchmarks/quantized.py [--params 10000000] [--steps 20] [--quick]`. Prints
+one row per format; times are medians of jitted, donated steps on the default backend
+(CPU here; the same script runs on a GPU)."""
 
 import argparse
 import time
@@ -46,7 +47,12 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--params", type=int, default=10_000_000)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument(
+        "--quick", action="store_true", help="100k params, 2 steps (a smoke test)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.params, args.steps = 100_000, 2
     params = make_params(args.params)
     n = sum(x.size for x in jax.tree.leaves(params))
     print(f"AdamW, {n:,} params, {jax.default_backend()}")
