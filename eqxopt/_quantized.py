@@ -15,7 +15,7 @@ The encodings are torchao's (`torchao/optim/quant_utils.py`, `subclass_8bit.py`,
 1e-12) is the scale; int8 and int4 round `x / scale` to the nearest entry of a
 quantization map with torchao's branchless binary search and its tie rule (computed
 here, code for code, by two look-ups in tables built from that search), fp8 casts
-`x / (absmax / 448)` to `float8_e4m3fn`.
+`x / (absmax / 448)` to `float8_e4m3fn` (here in integer arithmetic, bit for bit).
 """
 
 import dataclasses
@@ -151,9 +151,8 @@ class QuantizedArray(OpaqueLeaf):
 
     def decode(self) -> Float32[Array, "..."]:
         """The stored values as float32, of the param's shape."""
-        if self.format == "fp8":
-            values = lax.bitcast_convert_type(self.codes, jnp.float8_e4m3fn)
-            values = values.astype(jnp.float32)
+        if self.format == "fp8":  # the value of each bit pattern, looked up
+            values = jnp.asarray(_fp8_values())[self.codes.astype(jnp.int32)]
         else:
             codes = self.codes
             if self.format == "int4":  # unpack: high nibble first (torchao)
@@ -324,14 +323,37 @@ def _nearest_code(x: Array, format: str, signed: bool) -> Array:
     return jnp.where(jnp.isnan(x), jnp.uint8(0), codes)
 
 
+def _fp8_values() -> np.ndarray:
+    """The float32 value of each of the 256 `float8_e4m3fn` bit patterns."""
+    bits = np.arange(256, dtype=np.uint8)
+    return bits.view(np.dtype(jnp.float8_e4m3fn)).astype(np.float32)
+
+
+def _fp8_bits(y: Array) -> Array:
+    """The bit patterns of `y.astype(float8_e4m3fn)` (round to nearest even; NaN
+    beyond the largest value, 448), in integer arithmetic on the float32 bits: the
+    cast itself runs as slower emulation on CPU."""
+    bits = lax.bitcast_convert_type(y, jnp.uint32)
+    sign = (bits >> 31).astype(jnp.uint8) << 7
+    a = bits & jnp.uint32(0x7FFFFFFF)
+    # Normal values: the mantissa rounded to 3 bits, the exponent re-biased 127 -> 7.
+    rounded = a + jnp.uint32(0x7FFFF) + ((a >> 20) & jnp.uint32(1))
+    normal = jnp.minimum((rounded >> 20) - jnp.uint32(120 << 3), jnp.uint32(0x7F))
+    # Below 2^-6, subnormal: multiples of 2^-9, rounded to nearest even.
+    magnitude = lax.bitcast_convert_type(a, jnp.float32)
+    subnormal = jnp.round(magnitude * 512.0).astype(jnp.uint32)
+    out = jnp.where(a < jnp.uint32(0x3C800000), subnormal, normal)
+    out = jnp.where(jnp.isnan(y), jnp.uint32(0x7F), out)
+    return sign | out.astype(jnp.uint8)
+
+
 def encode(x: Array, like: QuantizedArray) -> QuantizedArray:
     """`x` (of `like.shape`) quantized in `like`'s format, block size and map."""
     blocks = _blocks(x, like.block_size)
     absmax = jnp.max(jnp.abs(blocks), axis=1)
     if like.format == "fp8":
         scales = jnp.maximum(absmax, 1e-12) / _FP8_MAX
-        values = (blocks / scales[:, None]).astype(jnp.float8_e4m3fn)
-        codes = lax.bitcast_convert_type(values, jnp.uint8)
+        codes = _fp8_bits(blocks / scales[:, None])
     else:
         scales = jnp.maximum(absmax, 1e-12)
         codes = _nearest_code(blocks / scales[:, None], like.format, like.signed)

@@ -221,11 +221,39 @@ def test_nearest_code_is_torchaos_at_every_boundary():
                 np.nextafter(points, np.float32(-np.inf)),
                 np.nextafter(points, np.float32(np.inf)),
                 rng.uniform(-1.0, 1.0, 10_000).astype(np.float32),
-                np.float32([0.0, -0.0, 1e-40, -1e-40, np.inf, -np.inf, np.nan]),
+                np.array([0.0, -0.0, 1e-40, -1e-40, np.inf, -np.inf], np.float32),
+                np.array([np.nan], np.float32),
             ]
         )
         ours = np.asarray(_nearest_code(jnp.asarray(x), fmt, signed))
         np.testing.assert_array_equal(ours, np_quantize_with_qmap(x, table))
+
+
+def test_fp8_bits_are_the_cast_at_every_boundary():
+    """fp8's integer encoding is `float8_e4m3fn`'s round-to-nearest-even cast (as
+    `ml_dtypes` does it) at every value, every midpoint and their neighbours; its
+    decoding table is the cast back."""
+    from eqxopt._quantized import _fp8_bits, _fp8_values
+
+    fp8 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn)
+    values = np.sort(fp8.astype(np.float32)[np.isfinite(fp8.astype(np.float32))])
+    mids = ((values[1:].astype(np.float64) + values[:-1]) / 2).astype(np.float32)
+    points = np.concatenate([values, mids])
+    x = np.concatenate(
+        [
+            points,
+            np.nextafter(points, np.float32(-np.inf)),
+            np.nextafter(points, np.float32(np.inf)),
+            np.array([0.0, -0.0, 1e-40, -1e-40, np.nan], np.float32),
+        ]
+    )
+    x = x[~(np.abs(x) > 448)]
+    cast = x.astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    ours = np.asarray(_fp8_bits(jnp.asarray(x)))
+    nan = np.isnan(x)
+    np.testing.assert_array_equal(ours[~nan], cast[~nan])
+    assert np.all(ours[nan] & 0x7F == 0x7F)
+    np.testing.assert_array_equal(_fp8_values(), fp8.astype(np.float32))
 
 
 # --- parity ---------------------------------------------------------------------
