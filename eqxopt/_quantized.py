@@ -71,7 +71,7 @@ class Quantized:
         opt = eqxopt.AdamW(1e-3, state_dtype=eqxopt.Quantized("int8"))
         state = opt.init(params)
         assert isinstance(state.mu["w"], eqxopt.QuantizedArray)
-        assert state.mu["b"].dtype == jnp.float32  # under `min_size`: not quantized
+        assert state.mu["b"].dtype == params["b"].dtype  # under `min_size`: as is
         ```
     """
 
@@ -132,6 +132,21 @@ class QuantizedArray(OpaqueLeaf):
       signed map is used (static).
 
     `decode()` returns the float32 values, of shape `shape`.
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones((300, 20))}
+        opt = eqxopt.AdamW(1e-3, state_dtype=eqxopt.Quantized("int4"))
+        state = opt.init(params)
+        mu = state.mu["w"]  # 6000 values: 47 blocks of 128, two codes per byte
+        assert mu.codes.shape == (47, 64) and mu.scales.shape == (47,)
+        assert mu.decode().shape == (300, 20)
+        ```
     """
 
     codes: UInt8[Array, "blocks nbytes"]

@@ -70,7 +70,22 @@ def stochastic_round(x: Array, dtype, key: Array) -> Array:
 class StochasticRoundingState(eqx.Module):
     """State of [`eqxopt.StochasticRounding`][]: the inner optimizer's state and the
     PRNG key of the next rounding, stored as `int32` key data with its
-    implementation's name (so that it serialises); `state.key` is the typed key."""
+    implementation's name (so that it serialises); `state.key` is the typed key.
+
+    !!! Example
+
+        ```python
+        import jax
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"w": jnp.ones(4, jnp.bfloat16)}
+        opt = eqxopt.StochasticRounding(eqxopt.SGD(0.1), key=0)
+        state = opt.init(params)
+        assert jnp.issubdtype(state.key.dtype, jax.dtypes.prng_key)
+        ```
+    """
 
     inner_state: Any
     key_data: Int32[Array, "..."]
@@ -185,7 +200,22 @@ StochasticRounding.__init__.__doc__ = """**Arguments:**
 class CompensatedState(eqx.Module):
     """State of [`eqxopt.Compensated`][]: the inner optimizer's state and, per
     low-precision param, the rounding error of its last write (`None` at the other
-    leaves)."""
+    leaves).
+
+    !!! Example
+
+        ```python
+        import jax.numpy as jnp
+
+        import eqxopt
+
+        params = {"h": jnp.ones(4, jnp.bfloat16), "f": jnp.ones(4, jnp.float32)}
+        opt = eqxopt.Compensated(eqxopt.SGD(0.1))
+        state = opt.init(params)
+        assert state.compensation["h"].dtype == jnp.bfloat16
+        assert state.compensation["f"] is None  # float32: nothing to compensate
+        ```
+    """
 
     inner_state: Any
     compensation: PyTree[Inexact[Array, "..."]]
