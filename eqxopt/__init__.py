@@ -156,6 +156,10 @@ from ._parameter_free.polyak import (
     ScaleByPolyak as ScaleByPolyak,
 )
 from ._parameter_free.prodigy import Prodigy as Prodigy, ProdigyState as ProdigyState
+from ._quantized import (
+    Quantized as Quantized,
+    QuantizedArray as QuantizedArray,
+)
 from ._sgd.dpsgd import (
     DifferentiallyPrivateAggregate as DifferentiallyPrivateAggregate,
     DifferentiallyPrivateAggregateState as DifferentiallyPrivateAggregateState,
@@ -242,6 +246,12 @@ from ._wrappers.multi_steps import (
 from ._wrappers.partition import (
     Partition as Partition,
     PartitionState as PartitionState,
+)
+from ._wrappers.precision import (
+    Compensated as Compensated,
+    CompensatedState as CompensatedState,
+    StochasticRounding as StochasticRounding,
+    StochasticRoundingState as StochasticRoundingState,
 )
 from ._wrappers.sam import SAM as SAM, SAMState as SAMState
 from ._wrappers.schedule_free import (

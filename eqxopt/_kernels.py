@@ -25,6 +25,7 @@ from ._misc import (
     scalar,
     tree_map,
 )
+from ._quantized import dtype_of, read, write
 
 
 def is_zero(value) -> bool:
@@ -144,14 +145,14 @@ def momentum_step(g, t, decay, nesterov: bool):
 
     `t` is `None` when there is no momentum. Arithmetic runs in at least float32.
     """
-    dtype = compute_dtype(g.dtype, *(() if t is None else (t.dtype,)))
+    dtype = compute_dtype(g.dtype, *(() if t is None else (dtype_of(t),)))
     g = g.astype(dtype)
     if t is None:
         return g, None
     d = scalar(decay, dtype)
-    new_t = g + d * t.astype(dtype)
+    new_t = g + d * read(t, dtype)
     direction = g + d * new_t if nesterov else new_t
-    return direction, new_t.astype(t.dtype)
+    return direction, write(new_t, t)
 
 
 def _norm_at_least(x: Array, min_norm: ScalarLike) -> Array:

@@ -88,6 +88,16 @@ def is_none(x: Any) -> bool:
     return x is None
 
 
+class OpaqueLeaf(eqx.Module):
+    """A state value that stands for one param leaf although it is a Module of several
+    arrays (a quantized buffer, `eqxopt.QuantizedArray`): [`tree_map`][] passes it
+    whole to the per-leaf function, where a param-shaped array would be."""
+
+
+def is_none_or_opaque(x: Any) -> bool:
+    return x is None or isinstance(x, OpaqueLeaf)
+
+
 is_param = eqx.is_inexact_array
 
 
@@ -143,8 +153,8 @@ def tree_map(f: Callable, tree, *rest, names: Sequence[str] | None = None):
             # Fast path (trace time, once per call): identical structures need no
             # stripping of the leaves that are not optimised.
             if structure is None:
-                structure = jtu.tree_structure(tree, is_leaf=is_none)
-            if jtu.tree_structure(other, is_leaf=is_none) != structure:
+                structure = jtu.tree_structure(tree, is_leaf=is_none_or_opaque)
+            if jtu.tree_structure(other, is_leaf=is_none_or_opaque) != structure:
                 check_same_structure(
                     only_params(tree), only_params(other), names=(names[0], name)
                 )
@@ -155,11 +165,13 @@ def tree_map(f: Callable, tree, *rest, names: Sequence[str] | None = None):
         i for i, name in enumerate(names[1:]) if name.startswith(("params", "state."))
     )
     apply = ft.partial(_apply_leaf, f, tuple(names), mirrors)
-    return jtu.tree_map_with_path(apply, tree, *filled, is_leaf=is_none)
+    return jtu.tree_map_with_path(apply, tree, *filled, is_leaf=is_none_or_opaque)
 
 
 def _apply_leaf(f, names, mirrors, path, x, *xs):
     """`tree_map`'s work at one leaf (module level: built once, not once per call)."""
+    if isinstance(x, OpaqueLeaf):
+        return f(x, *xs)
     if not is_param(x):
         return None
     for i in mirrors:

@@ -18,6 +18,7 @@ from jaxtyping import PyTree
 
 from ._core.base import AbstractOptimizer
 from ._custom_types import Params
+from ._quantized import block_sharding, is_quantized
 
 
 def _is_array_like(x) -> bool:
@@ -49,7 +50,12 @@ def state_shardings(
     `(m, *shape)`, is sharded like its param along the trailing axes, while counters,
     flags and other leaves that do not depend on the params are replicated over the
     mesh. (If that trace fails, for an `init` whose sharding is ambiguous such as a
-    matmul over a sharded axis, those other leaves are replicated.)
+    matmul over a sharded axis, those other leaves are replicated.) The codes and
+    scales of a quantized buffer ([`eqxopt.QuantizedArray`][]) are split along their
+    leading, per-block axis over the mesh axes that split the param's first dimension,
+    when that is the param's only sharded dimension and each shard holds whole blocks;
+    otherwise they are replicated. (`opt.init` places them so eagerly; under `jit`,
+    pass these shardings as its `out_shardings`.)
 
     **Arguments:**
 
@@ -319,7 +325,8 @@ def _canonical(spec: PartitionSpec) -> PartitionSpec:
 def _mirrored(params, leaves, given, abstract_state) -> list:
     """For each state leaf (flattened order): the sharding of the param it mirrors
     (its path ends with the param's path and it has the param's shape; the longest
-    such path wins), or `None`."""
+    such path wins), or `None`. The codes and scales of a quantized buffer
+    (`eqxopt.QuantizedArray`) that mirrors a param get `block_sharding`'s."""
     flat = jtu.tree_flatten_with_path(params, is_leaf=_is_none)[0]
     known = [
         (jtu.keystr(path), tuple(x.shape), s)
@@ -327,13 +334,20 @@ def _mirrored(params, leaves, given, abstract_state) -> list:
         if _is_array_like(x) and _inexact(x) and isinstance(s, NamedSharding)
     ]
     out = []
-    for path, leaf in jtu.tree_flatten_with_path(abstract_state)[0]:
+    nodes = jtu.tree_flatten_with_path(abstract_state, is_leaf=is_quantized)[0]
+    for path, node in nodes:
         where, best = jtu.keystr(path), None
         for p_path, shape, s in known:
-            if where.endswith(p_path) and tuple(leaf.shape) == shape:
+            if where.endswith(p_path) and tuple(node.shape) == shape:
                 if best is None or len(p_path) > len(best[0]):
                     best = (p_path, s)
-        out.append(None if best is None else best[1])
+        if not is_quantized(node):
+            out.append(None if best is None else best[1])
+        elif best is None:
+            out.extend([None] * len(jtu.tree_leaves(node)))
+        else:
+            placed = block_sharding(best[1], tuple(node.shape), node.block_size)
+            out.extend([placed] * len(jtu.tree_leaves(node)))
     return out
 
 

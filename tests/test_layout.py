@@ -36,6 +36,7 @@ FAMILIES = {
     "checkpoint": ("saving and restoring (optimizer, state)", False),
     "sharding": ("state shardings", False),
     "schedules": ("eqxopt.schedules", False),
+    "quantized": ("quantized and low-precision state storage", False),
 }
 
 # Modules every family may import private helpers from (none of them defines a public
@@ -48,6 +49,7 @@ SHARED = {
     "eqxopt._filter_spec",
     "eqxopt._bounds",
     "eqxopt._random",
+    "eqxopt._quantized",
     "eqxopt._core.base",
     "eqxopt._adam.base",
     "eqxopt._wrappers.base",

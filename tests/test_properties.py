@@ -44,9 +44,45 @@ def _with_state_dtype(opt, dtype):
 
 def _expected_float_dtypes(params, state_dtype):
     wanted = {np.dtype(x.dtype) for x in jtu.tree_leaves(params)}
-    if state_dtype is not None:
+    if state_dtype is not None and not isinstance(state_dtype, eqxopt.Quantized):
         wanted.add(np.dtype(state_dtype))
     return wanted
+
+
+def _quantized_paths(state, params, state_dtype) -> set[str]:
+    """Check every quantized buffer of `state` (`eqxopt.QuantizedArray`) against the
+    `eqxopt.Quantized` it was asked for and the param it mirrors: uint8 codes of
+    `[blocks, block_size]` (int4: half as wide), float32 scales of `[blocks]`. Returns
+    the paths of their leaves (their dtypes are checked here, not as params')."""
+    nodes = jtu.tree_flatten_with_path(
+        state, is_leaf=lambda x: isinstance(x, eqxopt.QuantizedArray)
+    )[0]
+    nodes = [
+        (jtu.keystr(p), q) for p, q in nodes if isinstance(q, eqxopt.QuantizedArray)
+    ]
+    if not isinstance(state_dtype, eqxopt.Quantized):
+        assert not nodes, f"quantized buffers {[p for p, _ in nodes]} not asked for"
+        return set()
+    assert nodes, f"state_dtype={state_dtype} quantized no buffer"
+    shapes = [
+        (jtu.keystr(p), x.shape) for p, x in jtu.tree_flatten_with_path(params)[0]
+    ]
+    out = set()
+    for where, q in nodes:
+        assert any(where.endswith(p) and q.shape == s for p, s in shapes), where
+        blocks = -(-q.size // state_dtype.block)
+        width = state_dtype.block // (2 if state_dtype.format == "int4" else 1)
+        assert q.format == state_dtype.format, where
+        assert (np.dtype(q.codes.dtype), q.codes.shape) == (
+            np.dtype(jnp.uint8),
+            (blocks, width),
+        ), f"{where}.codes is {q.codes.dtype}{list(q.codes.shape)}"
+        assert (np.dtype(q.scales.dtype), q.scales.shape) == (
+            np.dtype(jnp.float32),
+            (blocks,),
+        ), f"{where}.scales is {q.scales.dtype}{list(q.scales.shape)}"
+        out |= {where + ".codes", where + ".scales"}
+    return out
 
 
 def _scan_of_cond_step(opt, grads, state, params, extra):
@@ -94,8 +130,11 @@ def check_state_properties(
     # bfloat16 a running sum stops growing after ~256 steps.
     floats = _expected_float_dtypes(params, state_dtype)
     scalar_ok = floats | {compute_dtype(*floats)}
+    quantized = _quantized_paths(state, params, state_dtype)
     for path, dt, shape, weak in init_avals[1]:
         assert not weak, f"weakly typed state leaf {path}"
+        if path in quantized:
+            continue
         if jnp.issubdtype(dt, jnp.integer):
             assert dt == np.dtype(jnp.int32), f"{path} is {dt}, not int32"
         elif jnp.issubdtype(dt, jnp.floating):
@@ -297,3 +336,78 @@ def _check_complex(opt, params, grads):
     )
     assert avals(new_state) == avals(state)
     assert {u.dtype for u in jtu.tree_leaves(updates)} == {np.dtype(jnp.complex64)}
+
+
+# Quantized state (docs/memory_precision.md): every entry whose optimizer takes an
+# `eqxopt.Quantized` `state_dtype` (its param-mirroring buffers quantized) in each
+# format, with blocks of 4 so the registry's small leaves are quantized too (several
+# blocks, a zero-padded last one). The properties above are checked abstractly in
+# every format: state types, a `lax.scan` carry and `lax.cond` branch, inside
+# `MultiSteps` (its accumulator quantized too) and `eqxopt.verify`'s report. The
+# compiled checks (three real steps, one trace, a serialisation round trip resumed
+# bit-identically) and the placement on a mesh (an eager `init`, as `state_shardings`
+# predicts) run in one format per entry, in rotation: one compile per entry.
+FORMATS = ("int8", "int4", "fp8")
+
+
+def _quantized(case, fmt):
+    """`case`'s optimizer with `state_dtype=Quantized(fmt)`, or `None` if it refuses."""
+    spec = eqxopt.Quantized(fmt, block_size=4, min_size=1)
+    try:
+        return _with_state_dtype(case.make(), spec), spec
+    except ValueError:  # no buffer that mirrors a param, or no quantized storage yet
+        return None, spec
+
+
+_QUANTIZABLE = [c for c in CASES if _quantized(c, "int8")[0] is not None]
+_QUANTIZED = [
+    (case, fmt, fmt == FORMATS[i % len(FORMATS)])
+    for i, case in enumerate(_QUANTIZABLE)
+    for fmt in FORMATS
+]
+
+
+@pytest.mark.parametrize(
+    "case, fmt, compiled",
+    _QUANTIZED,
+    ids=[f"{c.id}-{f}" + ("-compiled" if k else "") for c, f, k in _QUANTIZED],
+)
+def test_quantized_state(case, fmt, compiled):
+    from .test_sharding import _mesh, _shard, _shardable
+
+    opt, spec = _quantized(case, fmt)
+    assert opt is not None
+    check_state_properties(opt, case, "bfloat16", "float32", spec, compiled)
+    if case.wrappable:
+        wrapped = eqxopt.MultiSteps(opt, every_k=2, accumulator_dtype=spec)
+        check_state_properties(wrapped, case, "float32", "same", spec)
+
+    # `verify` traces it and reports the codes and scales, byte for byte.
+    params = make_params(jnp.float32, case.shapes)
+    report = eqxopt.verify(opt, params, **case_extra(case, params))
+    state = eqx.filter_eval_shape(opt.init, params)
+    assert [(r.path, r.dtype, r.shape) for r in report.leaves] == [
+        (path, dt.name, shape) for path, dt, shape, _ in avals(state)[1]
+    ]
+    assert report.nbytes == sum(
+        x.size * np.dtype(x.dtype).itemsize for x in jtu.tree_leaves(state)
+    )
+
+    if not compiled:
+        return
+    # On a mesh: an eager `init` places the codes and scales as `state_shardings`
+    # predicts.
+    sharded = _shard(
+        make_params(jnp.float32, _shardable(case.shapes or SHAPES)), _mesh()
+    )
+    predicted = eqxopt.state_shardings(opt, sharded)
+    state = opt.init(sharded)
+    assert jtu.tree_structure(predicted) == jtu.tree_structure(state)
+    for (path, leaf), want in zip(
+        jtu.tree_leaves_with_path(state), jtu.tree_leaves(predicted)
+    ):
+        if not jtu.keystr(path).endswith((".codes", ".scales")):
+            continue  # (tests/test_sharding.py: the other leaves, under `jit`)
+        assert leaf.sharding.is_equivalent_to(want, leaf.ndim), (
+            f"state{jtu.keystr(path)} is {leaf.sharding}, predicted {want}"
+        )

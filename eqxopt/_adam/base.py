@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import equinox as eqx
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
@@ -19,7 +19,6 @@ from .._kernels import (
     descent_of,
     ema,
     first_moment_hat,
-    full_like,
     optional,
 )
 from .._misc import (
@@ -34,6 +33,7 @@ from .._misc import (
     typechecked,
     zero_count,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 # Abstract fields: type checkers see a `ClassVar` (as equinox does for its
@@ -70,8 +70,8 @@ class AdamState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
-    nu: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
+    nu: PyTree[Stored]
 
 
 # Hyperparameters that must be >= 0, where a family member has them.
@@ -103,6 +103,9 @@ class AbstractAdamFamily(AbstractOptimizer[AdamState]):
     eps: AbstractVar[ScalarLike]
     state_dtype: AbstractVar[object]
 
+    # The first moment changes sign; the second (or infinity norm, or belief) does not.
+    _state_buffers = {"mu": False, "nu": True}
+
     def __check_init__(self):
         check_hyperparams(
             self,
@@ -114,8 +117,8 @@ class AbstractAdamFamily(AbstractOptimizer[AdamState]):
         value = getattr(self, "initial_accumulator_value", 0)
         return AdamState(
             zero_count(),
-            full_like(params, value, self.state_dtype),
-            full_like(params, value, self.state_dtype),
+            buffers_like(params, self.state_dtype, "mu", False, value),
+            buffers_like(params, self.state_dtype, "nu", True, value),
         )
 
     def update(self, grads: Updates, state: AdamState, params=None, **extra):
@@ -137,21 +140,20 @@ def adam_family_step(
     Per leaf, in the compute dtype: `rule(t)(g, m, v) -> (direction, m, v)` with `t`
     the 1-based step number (`rule(t)` is built once per dtype), then `finish(direction,
     g, p, selected) -> update` (`selected` is the leaf's `mask` entry, `None` without a
-    mask; no `finish` returns the direction). Buffers are stored back in their own
-    dtype and updates returned in the param's.
+    mask; no `finish` returns the direction). Buffers are read and stored back through
+    `eqxopt._quantized` (their own dtype, or re-quantized), and updates returned in the
+    param's dtype.
     """
     count = increment(state.count)
     rules = per_dtype(lambda dtype: rule(count.astype(dtype)))
 
     def _leaf(g, m, v, p, selected):
-        dtype = compute_dtype(g.dtype, m.dtype, v.dtype)
+        dtype = compute_dtype(g.dtype, dtype_of(m), dtype_of(v))
         direction, m32, v32 = rules(dtype)(
-            g.astype(dtype), m.astype(dtype), v.astype(dtype)
+            g.astype(dtype), read(m, dtype), read(v, dtype)
         )
         update = direction if finish is None else finish(direction, g, p, selected)
-        return pack(
-            update.astype(out_dtype(g, p)), m32.astype(m.dtype), v32.astype(v.dtype)
-        )
+        return pack(update.astype(out_dtype(g, p)), write(m32, m), write(v32, v))
 
     updates, mu, nu = tree_map_unzip(
         _leaf,

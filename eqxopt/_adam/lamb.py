@@ -1,7 +1,6 @@
 """LAMB (You et al. 2020): Adam whose step is scaled per layer by the trust ratio."""
 
 import equinox as eqx
-from jax.typing import DTypeLike
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer
@@ -14,8 +13,8 @@ from .._misc import (
     resolve,
     scalar,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like
 from .base import adam_family_step, adam_moments, AdamState
 
 
@@ -65,7 +64,7 @@ class Lamb(AbstractOptimizer[AdamState]):
     eps_root: ScalarLike = 0.0
     weight_decay: ScalarOrSchedule = 0.0
     mask: FilterSpec | None = mask_field(default=None)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
     def __check_init__(self):
         check_hyperparams(
@@ -74,9 +73,14 @@ class Lamb(AbstractOptimizer[AdamState]):
             unit_interval=("b1", "b2"),
         )
 
+    _state_buffers = {"mu": False, "nu": True}
+
     def init(self, params: Params) -> AdamState:
-        zeros = lambda: zeros_like(params, self.state_dtype)
-        return AdamState(zero_count(), zeros(), zeros())
+        return AdamState(
+            zero_count(),
+            buffers_like(params, self.state_dtype, "mu", False),
+            buffers_like(params, self.state_dtype, "nu", True),
+        )
 
     def update(self, grads: Updates, state: AdamState, params=None, **extra):
         need_params(self, params)

@@ -3,13 +3,11 @@
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
-from .._kernels import full_like
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -23,6 +21,7 @@ from .._misc import (
     typechecked,
     zero_count,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked
@@ -47,7 +46,7 @@ class AdagradState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    sum_of_squares: PyTree[Inexact[Array, "..."]]
+    sum_of_squares: PyTree[Stored]
 
 
 def _check(opt):
@@ -60,7 +59,14 @@ def _check(opt):
 
 def _init(opt, params) -> AdagradState:
     return AdagradState(
-        zero_count(), full_like(params, opt.initial_accumulator_value, opt.state_dtype)
+        zero_count(),
+        buffers_like(
+            params,
+            opt.state_dtype,
+            "sum_of_squares",
+            True,
+            opt.initial_accumulator_value,
+        ),
     )
 
 
@@ -71,15 +77,15 @@ def _rss_step(opt, grads, state: AdagradState, params, lr=None):
     constants = per_dtype(_constants)  # traced once per update, not once per leaf
 
     def _leaf(g, s, p):
-        dtype = compute_dtype(g.dtype, s.dtype)
+        dtype = compute_dtype(g.dtype, dtype_of(s))
         eps, neg_lr = constants(dtype)
         g32 = g.astype(dtype)
-        s32 = abs_sq(g32) + s.astype(dtype)
+        s32 = abs_sq(g32) + read(s, dtype)
         scale = jnp.where(s32 > 0, jax.lax.rsqrt(s32 + eps), 0)
         update = scale * g32
         if neg_lr is not None:
             update = update * neg_lr
-        return pack(update.astype(out_dtype(g, p)), s32.astype(s.dtype))
+        return pack(update.astype(out_dtype(g, p)), write(s32, s))
 
     updates, sum_of_squares = tree_map_unzip(
         _leaf,
@@ -119,7 +125,9 @@ class ScaleByRss(AbstractOptimizer[AdagradState]):
 
     initial_accumulator_value: ScalarLike = 0.1
     eps: ScalarLike = 1e-7
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+
+    _state_buffers = {"sum_of_squares": True}
 
     def __check_init__(self):
         _check(self)
@@ -168,7 +176,9 @@ class Adagrad(AbstractOptimizer[AdagradState]):
     learning_rate: ScalarOrSchedule
     initial_accumulator_value: ScalarLike = 0.1
     eps: ScalarLike = 1e-7
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+
+    _state_buffers = {"sum_of_squares": True}
 
     def __check_init__(self):
         _check(self)

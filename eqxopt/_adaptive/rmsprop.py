@@ -6,12 +6,12 @@ from typing import ClassVar, TYPE_CHECKING
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
 from .._custom_types import Params, ScalarLike, ScalarOrSchedule, Updates
-from .._kernels import ema, full_like, momentum_step
+from .._kernels import ema, momentum_step
 from .._misc import (
     abs_sq,
     compute_dtype,
@@ -24,8 +24,8 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 # Abstract fields: type checkers see a `ClassVar` (as equinox does for its
@@ -59,9 +59,9 @@ class RMSPropState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    nu: PyTree[Inexact[Array, "..."]]
-    mu: PyTree[Inexact[Array, "..."]] | None
-    trace: PyTree[Inexact[Array, "..."]] | None
+    nu: PyTree[Stored]
+    mu: PyTree[Stored] | None
+    trace: PyTree[Stored] | None
 
 
 class AbstractRMS(AbstractOptimizer[RMSPropState]):
@@ -79,6 +79,14 @@ class AbstractRMS(AbstractOptimizer[RMSPropState]):
     bias_correction: AbstractVar[bool]
     state_dtype: AbstractVar[object]
 
+    def _param_buffers(self) -> dict[str, bool]:
+        out = {"nu": True}
+        if self.centered:
+            out["mu"] = False
+        if getattr(self, "momentum", None) is not None:
+            out["trace"] = False
+        return out
+
     def __check_init__(self):
         check_hyperparams(
             self,
@@ -92,9 +100,13 @@ class AbstractRMS(AbstractOptimizer[RMSPropState]):
         momentum = getattr(self, "momentum", None)
         return RMSPropState(
             zero_count(),
-            full_like(params, self.initial_scale, self.state_dtype),
-            zeros_like(params, self.state_dtype) if self.centered else None,
-            None if momentum is None else zeros_like(params, self.state_dtype),
+            buffers_like(params, self.state_dtype, "nu", True, self.initial_scale),
+            buffers_like(params, self.state_dtype, "mu", False)
+            if self.centered
+            else None,
+            None
+            if momentum is None
+            else buffers_like(params, self.state_dtype, "trace", False),
         )
 
     def update(self, grads: Updates, state: RMSPropState, params=None, **extra):
@@ -117,20 +129,20 @@ class AbstractRMS(AbstractOptimizer[RMSPropState]):
 
         def _leaf(g, nu, mu, trace, p):
             dtype = compute_dtype(
-                g.dtype, nu.dtype, *(() if mu is None else (mu.dtype,))
+                g.dtype, dtype_of(nu), *(() if mu is None else (dtype_of(mu),))
             )
             decay, one_minus_decay, correction, eps, neg_lr = constants(dtype)
             g32 = g.astype(dtype)
-            nu32 = ema(abs_sq(g32), nu.astype(dtype), decay, one_minus_decay)
+            nu32 = ema(abs_sq(g32), read(nu, dtype), decay, one_minus_decay)
             nu_hat = nu32 if correction is None else nu32 / correction
             if centered:
                 assert mu is not None  # `init` made it
-                mu32 = ema(g32, mu.astype(dtype), decay, one_minus_decay)
+                mu32 = ema(g32, read(mu, dtype), decay, one_minus_decay)
                 mu_hat = mu32 if correction is None else mu32 / correction
                 # >= 0 in exact arithmetic; clamped so that rounding (e.g. of a float16
                 # `nu`, or at the first bias-corrected step) cannot make the root NaN.
                 var = jnp.maximum(nu_hat - abs_sq(mu_hat), 0)
-                mu = mu32.astype(mu.dtype)
+                mu = write(mu32, mu)
             else:
                 var = nu_hat
             if self.eps_in_sqrt:
@@ -141,9 +153,7 @@ class AbstractRMS(AbstractOptimizer[RMSPropState]):
             if neg_lr is not None:
                 direction = direction * neg_lr
                 direction, trace = momentum_step(direction, trace, momentum, nesterov)
-            return pack(
-                direction.astype(out_dtype(g, p)), nu32.astype(nu.dtype), mu, trace
-            )
+            return pack(direction.astype(out_dtype(g, p)), write(nu32, nu), mu, trace)
 
         updates, nu, mu, trace = tree_map_unzip(
             _leaf,

@@ -35,6 +35,7 @@ from .._misc import (
     typechecked,
     write_after,
 )
+from .._quantized import check_storage, is_quantized
 
 
 class StateDriftError(TypeError):
@@ -578,6 +579,21 @@ class AbstractOptimizer(AbstractSolver, Generic[State]):
         # Every field annotated as a scalar hyperparameter must be a real scalar or a
         # schedule (design.md#protocol); ranges are checked by each class.
         check_scalar_fields(self)
+        # A quantized or per-buffer `state_dtype` must fit the buffers the optimizer
+        # declares (docs/memory_precision.md).
+        for field in ("state_dtype", "accumulator_dtype"):
+            if hasattr(self, field):
+                check_storage(self, field, self._param_buffers())
+
+    # The state buffers that mirror params, `{field name: non-negative}`, read and
+    # written through `eqxopt._quantized` (so `state_dtype` may quantize them); `None`
+    # for an optimizer whose `state_dtype` takes dtypes only.
+    _state_buffers: ClassVar[dict[str, bool] | None] = None
+
+    def _param_buffers(self) -> dict[str, bool] | None:
+        """This instance's param-mirroring buffers (`_state_buffers` by default; an
+        optimizer whose buffers depend on its options overrides this)."""
+        return self._state_buffers
 
     @abc.abstractmethod
     def init(self, params: Params) -> State:
@@ -613,7 +629,12 @@ class AbstractOptimizer(AbstractSolver, Generic[State]):
         model = eqx.apply_updates(model, updates)
 
         def _order(s, p):
-            if not eqx.is_inexact_array(p) or p.shape != s.shape or p.size < 4096:
+            if (
+                is_quantized(s)
+                or not eqx.is_inexact_array(p)
+                or p.shape != s.shape
+                or p.size < 4096
+            ):
                 return s
             return write_after(s, p)
 

@@ -3,8 +3,7 @@
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
@@ -24,8 +23,8 @@ from .._misc import (
     typechecked,
     write_after,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked
@@ -50,7 +49,7 @@ class LionState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
 
 
 _MODES = ("hard", "smooth", "refined")
@@ -71,9 +70,9 @@ def _lion_step(
     constants = per_dtype(_constants)  # traced once per update, not once per leaf
 
     def _leaf(g, m, p, selected):
-        dtype = compute_dtype(g.dtype, m.dtype)
+        dtype = compute_dtype(g.dtype, dtype_of(m))
         b1, one_minus_b1, b2, one_minus_b2 = constants(dtype)
-        g32, m32 = g.astype(dtype), m.astype(dtype)
+        g32, m32 = g.astype(dtype), read(m, dtype)
         direction = sign(one_minus_b1 * g32 + b1 * m32)
         update = direction if finish is None else finish(direction, g, p, selected)
         update = update.astype(out_dtype(g, p))
@@ -83,7 +82,7 @@ def _lion_step(
             # The old momentum is read twice, for the new params and the new momentum:
             # written after the params, a donated momentum is updated in place.
             new_m = write_after(new_m, update.astype(dtype))
-        return pack(update, new_m.astype(m.dtype))
+        return pack(update, write(new_m, m))
 
     updates, mu = tree_map_unzip(
         _leaf,
@@ -98,7 +97,7 @@ def _lion_step(
 
 
 def _init(opt, params: Params) -> LionState:
-    return LionState(zero_count(), zeros_like(params, opt.state_dtype))
+    return LionState(zero_count(), buffers_like(params, opt.state_dtype, "mu", False))
 
 
 class ScaleByLion(AbstractOptimizer[LionState]):
@@ -129,9 +128,11 @@ class ScaleByLion(AbstractOptimizer[LionState]):
 
     b1: ScalarLike = 0.9
     b2: ScalarLike = 0.99
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
     mode: str = eqx.field(default="hard", static=True, kw_only=True)
     smooth_beta: ScalarLike = eqx.field(default=1.0, kw_only=True)
+
+    _state_buffers = {"mu": False}
 
     def __check_init__(self):
         check_hyperparams(
@@ -200,9 +201,11 @@ class Lion(AbstractOptimizer[LionState]):
     learning_rate: ScalarOrSchedule
     b1: ScalarLike = 0.9
     b2: ScalarLike = 0.99
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
     weight_decay: ScalarOrSchedule = 1e-3
     mask: FilterSpec | None = mask_field(default=None)
+
+    _state_buffers = {"mu": False}
 
     def __check_init__(self):
         check_hyperparams(

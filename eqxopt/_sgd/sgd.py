@@ -1,6 +1,5 @@
 import equinox as eqx
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
@@ -17,8 +16,8 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, Stored
 
 
 @typechecked
@@ -41,7 +40,7 @@ class SGDState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    trace: PyTree[Inexact[Array, "..."]] | None
+    trace: PyTree[Stored] | None
 
 
 class SGD(AbstractOptimizer[SGDState]):
@@ -70,7 +69,10 @@ class SGD(AbstractOptimizer[SGDState]):
     learning_rate: ScalarOrSchedule
     momentum: ScalarLike | None = None
     nesterov: bool = eqx.field(default=False, static=True)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    def _param_buffers(self) -> dict[str, bool]:
+        return {} if self.momentum is None else {"trace": False}
 
     def __check_init__(self):
         check_hyperparams(
@@ -78,7 +80,9 @@ class SGD(AbstractOptimizer[SGDState]):
         )
 
     def init(self, params: Params) -> SGDState:
-        trace = None if self.momentum is None else zeros_like(params, self.state_dtype)
+        trace = None
+        if self.momentum is not None:
+            trace = buffers_like(params, self.state_dtype, "trace", False)
         return SGDState(zero_count(), trace)
 
     def update(self, grads: Updates, state: SGDState, params=None, **extra):
@@ -91,7 +95,7 @@ class SGD(AbstractOptimizer[SGDState]):
         def _leaf(g, t, p):
             momentum = None
             if t is not None:
-                momentum = decay(compute_dtype(g.dtype, t.dtype))
+                momentum = decay(compute_dtype(g.dtype, dtype_of(t)))
             direction, t = momentum_step(g, t, momentum, self.nesterov)
             update = direction * neg_lr(direction.dtype)
             return pack(update.astype(out_dtype(g, p)), t)

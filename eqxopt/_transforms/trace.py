@@ -1,6 +1,5 @@
 import equinox as eqx
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, PyTree
+from jaxtyping import PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
@@ -14,8 +13,8 @@ from .._misc import (
     scalar,
     tree_map_unzip,
     typechecked,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, Stored
 
 
 @typechecked
@@ -38,7 +37,7 @@ class TraceState(eqx.Module):
         ```
     """
 
-    trace: PyTree[Inexact[Array, "..."]]
+    trace: PyTree[Stored]
 
 
 class Trace(AbstractOptimizer[TraceState]):
@@ -65,19 +64,21 @@ class Trace(AbstractOptimizer[TraceState]):
 
     decay: ScalarLike
     nesterov: bool = eqx.field(default=False, static=True)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"trace": False}
 
     def __check_init__(self):
         check_hyperparams(self, unit_interval=("decay",))
 
     def init(self, params: Params) -> TraceState:
-        return TraceState(zeros_like(params, self.state_dtype))
+        return TraceState(buffers_like(params, self.state_dtype, "trace", False))
 
     def update(self, grads: Updates, state: TraceState, params=None, **extra):
         decay = per_dtype(lambda dtype: scalar(self.decay, dtype))
 
         def _leaf(g, t, p):
-            d = decay(compute_dtype(g.dtype, t.dtype))
+            d = decay(compute_dtype(g.dtype, dtype_of(t)))
             direction, t = momentum_step(g, t, d, self.nesterov)
             return pack(direction.astype(out_dtype(g, p)), t)
 

@@ -8,7 +8,7 @@ import jax.core
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Inexact, Int32, PyTree
+from jaxtyping import Array, Bool, Int32, PyTree
 
 from .._core.base import (
     AbstractOptimizer,
@@ -27,8 +27,8 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, is_quantized, read, Stored, write
 from .base import like_zero_updates, zero_updates
 
 
@@ -66,7 +66,7 @@ class MultiStepsState(eqx.Module):
     mini_step: Int32[Array, ""]
     gradient_step: Int32[Array, ""]
     inner_state: Any
-    acc_grads: PyTree[Inexact[Array, "..."]]
+    acc_grads: PyTree[Stored]
     last_applied: Bool[Array, ""]
 
 
@@ -150,6 +150,8 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
     use_mean: bool = eqx.field(default=True, static=True)
     accumulator_dtype: Any = eqx.field(default=None, static=True)
 
+    _state_buffers = {"acc_grads": False}
+
     def __check_init__(self):
         check_optimizer("MultiSteps", "optimizer", self.optimizer)
         k = self.every_k
@@ -166,7 +168,7 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
             mini_step=zero_count(),
             gradient_step=zero_count(),
             inner_state=self.optimizer.init(params),
-            acc_grads=zeros_like(params, self.accumulator_dtype),
+            acc_grads=buffers_like(params, self.accumulator_dtype, "acc_grads", False),
             last_applied=jnp.zeros((), jnp.bool_),
         )
 
@@ -179,8 +181,13 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
         emit = n + 1 >= k
 
         def _leaf(g, acc):
-            dtype = compute_dtype(g.dtype, acc.dtype)
-            g32, acc32 = sharded_like(g.astype(dtype), acc), acc.astype(dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(acc))
+            acc32 = read(acc, dtype)
+            g32 = (
+                g.astype(dtype)
+                if is_quantized(acc)
+                else sharded_like(g.astype(dtype), acc)
+            )
             if self.use_mean:
                 new = acc32 + (g32 - acc32) / (n + 1).astype(dtype)  # Welford
             else:
@@ -189,6 +196,9 @@ class MultiSteps(AbstractOptimizer[MultiStepsState]):
             # window leaves zeros: selects, so a NaN of one window can neither leak
             # into the next nor stay in the state. (Multiplying by zero would keep a
             # NaN: nan * 0 is nan.)
+            if is_quantized(acc):  # the window's mean in float32, stored re-encoded
+                new = jnp.where(n == 0, g32, new)
+                return pack(new, write(jnp.where(emit, jnp.zeros_like(new), new), acc))
             new = jnp.where(n == 0, g32, new).astype(acc.dtype)
             return pack(new, jnp.where(emit, jnp.zeros_like(new), new))
 
