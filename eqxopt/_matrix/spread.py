@@ -51,12 +51,16 @@ def gathered(x: Array) -> Array:
 def take(x: Array, indices: Array, axis: int) -> Array:
     """`jnp.take(x, indices, axis=axis)` for a permutation `indices`, keeping `x`'s
     sharding when it is sharded over `Explicit` mesh axes (where a gather along a
-    sharded axis needs an output sharding)."""
+    sharded axis needs an output sharding). A permutation is in bounds, so indices
+    are clipped rather than checked (`mode="clip"`: the same values, without the
+    out-of-bounds test and select that the default `"fill"` compiles into every
+    gather; SOAP's step at 10M params: 43,962 lines of optimized LLVM IR against
+    49,625)."""
     sharding = explicit_sharding(x)
     if sharding is None:
-        return jnp.take(x, indices, axis=axis)
+        return jnp.take(x, indices, axis=axis, mode="clip")
     index = (slice(None),) * axis + (indices,)
-    return x.at[index].get(out_sharding=sharding)
+    return x.at[index].get(mode="clip", out_sharding=sharding)
 
 
 @dataclasses.dataclass(frozen=True)
