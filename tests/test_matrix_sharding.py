@@ -330,6 +330,29 @@ def test_spread_map_pads_and_groups(getkey):
         np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
 
 
+def test_spread_map_cheap_runs_tasks_alone_on_cpu(getkey):
+    """`cheap=True` without a spread: on CPU each task is computed alone (no stack,
+    so no `lax.map` loop), elsewhere stacked as before; the results are each task's
+    own either way, and the same as stacked."""
+    from eqxopt._matrix.spread import spread_map
+
+    mats = [jr.normal(getkey(), (5, 3)) for _ in range(3)] + [jr.normal(getkey(), (4,))]
+    fn = lambda _, shared, m: jnp.tanh(m) * shared + jnp.sum(m * m)
+    tasks = [(None, (m,)) for m in mats]
+    run = lambda cheap: jax.jit(
+        lambda tasks: spread_map(fn, tasks, None, shared=2.0, cheap=cheap)
+    )
+    if jax.default_backend() == "cpu":
+        hlo = lambda cheap: str(run(cheap).lower(tasks).compile().as_text())
+        assert " while(" not in hlo(True) and " while(" in hlo(False)
+    expected = [fn(None, 2.0, m) for m in mats]
+    for cheap in (True, False):
+        for a, b in zip(expected, run(cheap)(tasks)):
+            np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6)
+    for a, b in zip(run(False)(tasks), run(True)(tasks)):
+        np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
+
+
 def lapack_calls(hlo: str) -> list[tuple[str, tuple[int, ...]]]:
     """The LAPACK custom calls (eigh, QR, triangular solve) of a compiled HLO module:
     (routine, shape of the first operand) of each."""

@@ -745,9 +745,10 @@ class Kron(AbstractOptimizer[KronState]):
             return spread_map(fn, tasks, work.spread, shared=shared)
 
     def _finish(self, work: "_Work", qs, mom, lr, wd, decay: bool, params):
-        """Precondition the momentum (every leaf at once, spread over the mesh), clip
-        its RMS, add weight decay on the leaves `weight_decay_mask` selects, scale by
-        `-lr`; in the params' dtype."""
+        """Precondition the momentum (every leaf at once, spread over the mesh; leaf
+        by leaf on CPU without one, which compiles faster: `spread_map`'s `cheap`),
+        clip its RMS, add weight decay on the leaves `weight_decay_mask` selects,
+        scale by `-lr`; in the params' dtype."""
         mask = None
         if decay and self.weight_decay_mask is not None:
             what = "`Kron(weight_decay_mask=...)`"
@@ -765,7 +766,7 @@ class Kron(AbstractOptimizer[KronState]):
             for dt, f, q, m in zip(work.dtypes, work.facts, qs, mom)
         ]
         with jax.default_matmul_precision(self.precond_grads_precision):
-            preconditioned = spread_map(precondition, tasks, work.spread)
+            preconditioned = spread_map(precondition, tasks, work.spread, cheap=True)
         updates = []
         for i, u, g, p, dt in zip(
             work.positions, preconditioned, work.grads, work.params, work.dtypes

@@ -476,6 +476,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
                         for i in rotate
                     ],
                     spread,
+                    cheap=True,
                 )
                 for i, m in zip(rotate, rotated):
                     sharding = shardings[i]
