@@ -13,6 +13,7 @@ import numpy as np
 from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, Key, PyTree
 
+from .._checks import need_params
 from .._core.base import AbstractOptimizer, child_update
 from .._custom_types import Params, Updates
 from .._misc import (
@@ -143,11 +144,7 @@ class StochasticRounding(AbstractOptimizer[StochasticRoundingState]):
 
     def _rounded(self, grads, state, params, extra):
         """`(new params (rounded where low precision), inner state, next key)`."""
-        if params is None:
-            raise ValueError(
-                "`StochasticRounding.update` needs `params`: call `update(grads, "
-                "state, params)`, or `step(model, grads, state)`."
-            )
+        need_params(self, params)
         updates, inner = child_update(
             self.optimizer, ".inner_state", grads, state.inner_state, params, **extra
         )
@@ -264,11 +261,7 @@ class Compensated(AbstractOptimizer[CompensatedState]):
 
     def _apply(self, grads, state: CompensatedState, params, extra):
         """`(new params, their difference to params, compensation, inner state)`."""
-        if params is None:
-            raise ValueError(
-                "`Compensated.update` needs `params`: call `update(grads, state, "
-                "params)`, or `step(model, grads, state)`."
-            )
+        need_params(self, params)
         updates, inner = child_update(
             self.optimizer, ".inner_state", grads, state.inner_state, params, **extra
         )
