@@ -29,7 +29,7 @@ import jax.core
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 from jaxtyping import Array, Float32, Inexact, UInt8
 
 from ._misc import full_like_leaf, OpaqueLeaf, tree_map, typechecked
@@ -175,7 +175,13 @@ class QuantizedArray(OpaqueLeaf):
                 codes = codes.reshape(codes.shape[0], -1)
             values = _look_up(qmap(self.format, self.signed), codes)
         out = values * self.scales[:, None]
-        return out.reshape(-1)[: self.size].reshape(self.shape)
+        split = _split_axes(self.codes)
+        if split is None:  # the usual case: no mesh with `Explicit` axes
+            return out.reshape(-1)[: self.size].reshape(self.shape)
+        # Sharding in types: the blocks of a split buffer are its param's rows.
+        rest = (None,) * (len(self.shape) - 1)
+        flat = _reshape(out, (-1,), PartitionSpec(split) if split else None)
+        return _reshape(flat[: self.size], self.shape, PartitionSpec(split, *rest))
 
 
 # The annotation of a state field holding param-mirroring buffers.
@@ -350,7 +356,16 @@ def _fp8_decode(codes: Array) -> Array:
 def _look_up(table: np.ndarray, index: Array) -> Array:
     """`table[index]` for indices known to be in range (uint8 codes into a table of
     256 or fewer entries, 16-bit buckets into one of 65,536): no clamping."""
-    return jnp.asarray(table).at[index.astype(jnp.int32)].get(mode="promise_in_bounds")
+    index = index.astype(jnp.int32)
+    # On a mesh with `Explicit` axes the result is sharded as the indices are (the
+    # table is replicated).
+    sharding = jax.typeof(index).sharding
+    explicit = any(t == AxisType.Explicit for t in sharding.mesh.axis_types)
+    return (
+        jnp.asarray(table)
+        .at[index]
+        .get(mode="promise_in_bounds", out_sharding=sharding if explicit else None)
+    )
 
 
 def _absmax(blocks: Array) -> Array:
@@ -389,11 +404,13 @@ def _fp8_bits(y: Array) -> Array:
 
 def encode(x: Array, like: QuantizedArray) -> QuantizedArray:
     """`x` (of `like.shape`) quantized in `like`'s format, block size and map."""
-    flat = x.astype(jnp.float32).reshape(-1)
     block = like.block_size
+    flat = _flatten(x.astype(jnp.float32), block)
     whole = flat.shape[0] // block * block
     if whole == flat.shape[0]:
-        codes, scales = _encode_blocks(flat.reshape(-1, block), like)
+        split = _split_axes(flat)
+        blocks = _reshape(flat, (-1, block), PartitionSpec(split) if split else None)
+        codes, scales = _encode_blocks(blocks, like)
     else:
         # The whole blocks and the zero-padded last one apart: padding the whole
         # buffer would make XLA store the padded values before encoding them.
@@ -433,6 +450,39 @@ def empty(shape: tuple[int, ...], spec: Quantized, signed: bool) -> QuantizedArr
         spec.format,
         signed,
     )
+
+
+def _split_axes(x: Array) -> Any:
+    """On a mesh with `Explicit` axes (sharding in types), the mesh axes splitting
+    `x`'s first dimension (`()` if none); `None` on any other mesh or none."""
+    sharding = jax.typeof(x).sharding
+    if not any(t == AxisType.Explicit for t in sharding.mesh.axis_types):
+        return None
+    first = sharding.spec[0] if len(sharding.spec) else None
+    return () if first is None else first
+
+
+def _reshape(x: Array, shape: tuple[int, ...], spec: PartitionSpec | None) -> Array:
+    """`x.reshape(shape)`, with sharding in types split as `spec` (on the first
+    dimension) or replicated (`spec=None`)."""
+    if _split_axes(x) is None:
+        return x.reshape(shape)
+    known = math.prod(n for n in shape if n != -1)
+    shape = tuple(x.size // known if n == -1 else n for n in shape)
+    if spec is None:
+        return jax.sharding.reshard(x, PartitionSpec()).reshape(shape)
+    return lax.reshape(x, shape, out_sharding=spec)
+
+
+def _flatten(x: Array, block: int) -> Array:
+    """`x` as one dimension; with sharding in types, split (as `block_sharding`
+    splits the blocks) when each shard of `x`'s rows holds whole blocks."""
+    split = _split_axes(x)
+    if split is None:
+        return x.reshape(-1)
+    sharding = jax.typeof(x).sharding
+    placed = block_sharding(sharding, tuple(x.shape), block)
+    return _reshape(x, (-1,), PartitionSpec(split) if placed.spec else None)
 
 
 def block_sharding(
