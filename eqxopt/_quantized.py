@@ -29,7 +29,7 @@ import jax.core
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 from jaxtyping import Array, Float32, Inexact, UInt8
 
 from ._misc import full_like_leaf, OpaqueLeaf, tree_map, typechecked
@@ -166,18 +166,22 @@ class QuantizedArray(OpaqueLeaf):
 
     def decode(self) -> Float32[Array, "..."]:
         """The stored values as float32, of the param's shape."""
-        if self.format == "fp8":  # the value of each bit pattern, looked up
-            values = jnp.asarray(_fp8_values())[self.codes.astype(jnp.int32)]
+        if self.format == "fp8":
+            values = _fp8_decode(self.codes)
         else:
             codes = self.codes
             if self.format == "int4":  # unpack: high nibble first (torchao)
                 codes = jnp.stack([codes >> 4, codes & 0b1111], axis=-1)
                 codes = codes.reshape(codes.shape[0], -1)
-            values = jnp.asarray(qmap(self.format, self.signed))[
-                codes.astype(jnp.int32)
-            ]
+            values = _look_up(qmap(self.format, self.signed), codes)
         out = values * self.scales[:, None]
-        return out.reshape(-1)[: self.size].reshape(self.shape)
+        split = _split_axes(self.codes)
+        if split is None:  # the usual case: no mesh with `Explicit` axes
+            return out.reshape(-1)[: self.size].reshape(self.shape)
+        # Sharding in types: the blocks of a split buffer are its param's rows.
+        rest = (None,) * (len(self.shape) - 1)
+        flat = _reshape(out, (-1,), PartitionSpec(split) if split else None)
+        return _reshape(flat[: self.size], self.shape, PartitionSpec(split, *rest))
 
 
 # The annotation of a state field holding param-mirroring buffers.
@@ -243,15 +247,6 @@ def qmap(format: str, signed: bool) -> np.ndarray:
 
 
 # --- encoding -----------------------------------------------------------------------
-
-
-def _blocks(x: Array, block: int) -> Array:
-    """`x` flattened, zero-padded to whole blocks, as `[blocks, block]` float32."""
-    flat = x.astype(jnp.float32).reshape(-1)
-    pad = -flat.shape[0] % block
-    if pad:
-        flat = jnp.concatenate([flat, jnp.zeros((pad,), jnp.float32)])
-    return flat.reshape(-1, block)
 
 
 def _search(x: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -332,9 +327,7 @@ def _nearest_code(x: Array, format: str, signed: bool) -> Array:
     bits = lax.bitcast_convert_type(x, jnp.uint32)
     bucket = lax.shift_right_logical(bits, jnp.uint32(16))
     bucket = bucket.astype(jnp.int32)
-    codes = jnp.asarray(base)[bucket] + (x >= jnp.asarray(step)[bucket]).astype(
-        jnp.uint8
-    )
+    codes = _look_up(base, bucket) + (x >= _look_up(step, bucket)).astype(jnp.uint8)
     return jnp.where(jnp.isnan(x), jnp.uint8(0), codes)
 
 
@@ -342,6 +335,53 @@ def _fp8_values() -> np.ndarray:
     """The float32 value of each of the 256 `float8_e4m3fn` bit patterns."""
     bits = np.arange(256, dtype=np.uint8)
     return bits.view(np.dtype(jnp.float8_e4m3fn)).astype(np.float32)
+
+
+def _fp8_decode(codes: Array) -> Array:
+    """The float32 values of `float8_e4m3fn` bit patterns (`_fp8_values()[codes]`, bit
+    for bit), in integer arithmetic: a table look-up per value is a gather, which XLA
+    keeps out of the fusions that use the values."""
+    bits = codes.astype(jnp.uint32)
+    sign, exponent, mantissa = bits >> 7, (bits >> 3) & 0b1111, bits & 0b111
+    # Normal values: the exponent re-biased 7 -> 127, the mantissa's 3 bits on top.
+    normal = (sign << 31) | ((exponent + 120) << 23) | (mantissa << 20)
+    normal = lax.bitcast_convert_type(normal, jnp.float32)
+    # Exponent field 0: subnormal, mantissa x 2^-9.
+    subnormal = mantissa.astype(jnp.float32) * (2.0**-9)
+    subnormal = jnp.where(sign == 1, -subnormal, subnormal)
+    values = jnp.where(exponent == 0, subnormal, normal)
+    return jnp.where(bits & 0x7F == 0x7F, jnp.float32(jnp.nan), values)
+
+
+def _look_up(table: np.ndarray, index: Array) -> Array:
+    """`table[index]` for indices known to be in range (uint8 codes into a table of
+    256 or fewer entries, 16-bit buckets into one of 65,536): no clamping."""
+    index = index.astype(jnp.int32)
+    # On a mesh with `Explicit` axes the result is sharded as the indices are (the
+    # table is replicated).
+    sharding = jax.typeof(index).sharding
+    explicit = any(t == AxisType.Explicit for t in sharding.mesh.axis_types)
+    return (
+        jnp.asarray(table)
+        .at[index]
+        .get(mode="promise_in_bounds", out_sharding=sharding if explicit else None)
+    )
+
+
+def _absmax(blocks: Array) -> Array:
+    """Each row's largest absolute value (NaN if the row holds one), as the largest
+    of the float32 bit patterns with the sign bit cleared, which order as the absolute
+    values do. Computed as a max over chunks of 32 and then over the chunks, kept
+    apart by an optimization barrier: XLA then computes the row's values inside the
+    reduction, where a single max over a long row would first store them all (a
+    float reduction goes to a library kernel, a long integer one is split into a
+    `reduce-window`, and neither fuses its operand)."""
+    bits = lax.bitcast_convert_type(blocks, jnp.int32) & 0x7FFFFFFF
+    rows, width = bits.shape
+    if width > 32 and width % 32 == 0:
+        bits = jnp.max(bits.reshape(rows, width // 32, 32), axis=2)
+        bits = lax.optimization_barrier(bits)
+    return lax.bitcast_convert_type(jnp.max(bits, axis=1), jnp.float32)
 
 
 def _fp8_bits(y: Array) -> Array:
@@ -364,8 +404,29 @@ def _fp8_bits(y: Array) -> Array:
 
 def encode(x: Array, like: QuantizedArray) -> QuantizedArray:
     """`x` (of `like.shape`) quantized in `like`'s format, block size and map."""
-    blocks = _blocks(x, like.block_size)
-    absmax = jnp.max(jnp.abs(blocks), axis=1)
+    block = like.block_size
+    flat = _flatten(x.astype(jnp.float32), block)
+    whole = flat.shape[0] // block * block
+    if whole == flat.shape[0]:
+        split = _split_axes(flat)
+        blocks = _reshape(flat, (-1, block), PartitionSpec(split) if split else None)
+        codes, scales = _encode_blocks(blocks, like)
+    else:
+        # The whole blocks and the zero-padded last one apart: padding the whole
+        # buffer would make XLA store the padded values before encoding them.
+        last = jnp.concatenate(
+            [flat[whole:], jnp.zeros(whole + block - flat.shape[0], jnp.float32)]
+        )
+        parts = [_encode_blocks(last[None], like)]
+        if whole:
+            parts.insert(0, _encode_blocks(flat[:whole].reshape(-1, block), like))
+        codes, scales = (jnp.concatenate(p) for p in zip(*parts))
+    return QuantizedArray(codes, scales, like.shape, like.format, like.signed)
+
+
+def _encode_blocks(blocks: Array, like: QuantizedArray) -> tuple[Array, Array]:
+    """The codes and scales of `[blocks, block_size]` float32 values."""
+    absmax = _absmax(blocks)
     if like.format == "fp8":
         scales = jnp.maximum(absmax, 1e-12) / _FP8_MAX
         codes = _fp8_bits(blocks / scales[:, None])
@@ -374,7 +435,7 @@ def encode(x: Array, like: QuantizedArray) -> QuantizedArray:
         codes = _nearest_code(blocks / scales[:, None], like.format, like.signed)
         if like.format == "int4":
             codes = (codes[:, 0::2] << 4) | codes[:, 1::2]
-    return QuantizedArray(codes, scales, like.shape, like.format, like.signed)
+    return codes, scales
 
 
 def empty(shape: tuple[int, ...], spec: Quantized, signed: bool) -> QuantizedArray:
@@ -389,6 +450,39 @@ def empty(shape: tuple[int, ...], spec: Quantized, signed: bool) -> QuantizedArr
         spec.format,
         signed,
     )
+
+
+def _split_axes(x: Array) -> Any:
+    """On a mesh with `Explicit` axes (sharding in types), the mesh axes splitting
+    `x`'s first dimension (`()` if none); `None` on any other mesh or none."""
+    sharding = jax.typeof(x).sharding
+    if not any(t == AxisType.Explicit for t in sharding.mesh.axis_types):
+        return None
+    first = sharding.spec[0] if len(sharding.spec) else None
+    return () if first is None else first
+
+
+def _reshape(x: Array, shape: tuple[int, ...], spec: PartitionSpec | None) -> Array:
+    """`x.reshape(shape)`, with sharding in types split as `spec` (on the first
+    dimension) or replicated (`spec=None`)."""
+    if _split_axes(x) is None:
+        return x.reshape(shape)
+    known = math.prod(n for n in shape if n != -1)
+    shape = tuple(x.size // known if n == -1 else n for n in shape)
+    if spec is None:
+        return jax.sharding.reshard(x, PartitionSpec()).reshape(shape)
+    return lax.reshape(x, shape, out_sharding=spec)
+
+
+def _flatten(x: Array, block: int) -> Array:
+    """`x` as one dimension; with sharding in types, split (as `block_sharding`
+    splits the blocks) when each shard of `x`'s rows holds whole blocks."""
+    split = _split_axes(x)
+    if split is None:
+        return x.reshape(-1)
+    sharding = jax.typeof(x).sharding
+    placed = block_sharding(sharding, tuple(x.shape), block)
+    return _reshape(x, (-1,), PartitionSpec(split) if placed.spec else None)
 
 
 def block_sharding(

@@ -232,8 +232,8 @@ def test_nearest_code_is_torchaos_at_every_boundary():
 def test_fp8_bits_are_the_cast_at_every_boundary():
     """fp8's integer encoding is `float8_e4m3fn`'s round-to-nearest-even cast (as
     `ml_dtypes` does it) at every value, every midpoint and their neighbours; its
-    decoding table is the cast back."""
-    from eqxopt._quantized import _fp8_bits, _fp8_values
+    decoding (in integer arithmetic) is the cast back."""
+    from eqxopt._quantized import _fp8_bits, _fp8_decode, _fp8_values
 
     fp8 = np.arange(256, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn)
     values = np.sort(fp8.astype(np.float32)[np.isfinite(fp8.astype(np.float32))])
@@ -253,7 +253,30 @@ def test_fp8_bits_are_the_cast_at_every_boundary():
     nan = np.isnan(x)
     np.testing.assert_array_equal(ours[~nan], cast[~nan])
     assert np.all(ours[nan] & 0x7F == 0x7F)
+    bits = fp8.astype(np.float32).view(np.uint32)
+    nan_code = np.isnan(fp8.astype(np.float32))
     np.testing.assert_array_equal(_fp8_values(), fp8.astype(np.float32))
+    decoded = np.asarray(_fp8_decode(jnp.arange(256, dtype=jnp.uint8)))
+    np.testing.assert_array_equal(decoded.view(np.uint32)[~nan_code], bits[~nan_code])
+    assert np.all(np.isnan(decoded[nan_code]))
+
+
+def test_block_absmax():
+    """A block's scale is its largest absolute value, as `max(abs(x))` gives it:
+    -0.0 counts as 0, an infinity as infinite, a NaN anywhere in the block makes it
+    NaN; for block sizes that are and are not multiples of 32."""
+    from eqxopt._quantized import _absmax
+
+    rng = np.random.default_rng(1)
+    for width in (4, 32, 96, 100, 256):
+        x = rng.normal(size=(6, width)).astype(np.float32)
+        x[1] = -0.0
+        x[2, -1] = -np.inf
+        x[3, width // 2] = np.nan
+        x[4, 0] = -1e-40  # subnormal
+        x[4, 1:] = 0.0
+        ours = np.asarray(_absmax(jnp.asarray(x)))
+        np.testing.assert_array_equal(ours, np.max(np.abs(x), axis=1))
 
 
 # --- parity ---------------------------------------------------------------------

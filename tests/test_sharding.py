@@ -181,6 +181,31 @@ def test_explicit_mesh(make):
     )
 
 
+@pytest.mark.parametrize("fmt", ["int8", "int4", "fp8"])
+def test_quantized_state_on_explicit_mesh(fmt):
+    """Quantized state steps under `jax.set_mesh` with `Explicit` axes: its codes and
+    scales are placed as `eqxopt.state_shardings` predicts, and the step's numbers
+    are those without a mesh."""
+    mesh = _mesh(AxisType.Explicit)
+    spec = eqxopt.Quantized(fmt, block_size=4, min_size=1)
+    opt = eqxopt.AdamW(1e-2, state_dtype=spec)
+    params = make_params(jnp.float32, _shardable(SHAPES))
+    grads = random_like(jr.key(1), params)
+    ref = jax.jit(opt.step)(params, grads, opt.init(params))
+    with jax.set_mesh(mesh):
+        params, grads = _shard(params, mesh), _shard(grads, mesh)
+        out = jax.jit(opt.step)(params, grads, jax.jit(opt.init)(params))
+    predicted = eqxopt.state_shardings(opt, params)
+    quantized = 0
+    for (path, leaf), want in zip(
+        jtu.tree_flatten_with_path(out[1])[0], jtu.tree_leaves(predicted)
+    ):
+        assert leaf.sharding.is_equivalent_to(want, leaf.ndim), jtu.keystr(path)
+        quantized += "codes" in jtu.keystr(path) and len(want.spec) > 0
+    assert quantized, "no quantized buffer was split over the mesh"
+    assert eqx.tree_equal(jax.device_get(out), jax.device_get(ref))
+
+
 def test_state_shardings_from_abstract_params():
     mesh = jax.make_mesh((4, 2), ("data", "model"), axis_types=(AxisType.Auto,) * 2)
     # An abstract model (nothing allocated), with activation functions as leaves.
