@@ -276,15 +276,23 @@ def test_state_shardings_after_update(name, getkey):
     """Under `jit` with `Auto` axes, the updated state has the shardings
     `state_shardings` predicts (the row moments and factor matrices replicated,
     buffers that mirror a param sharded like it), so a training step's state keeps
-    its types. (NorMuon compiles fastest; the others constrain their factors with
-    the same `_matrix.replicate`.)"""
+    its types; the updates are sharded like the params, not replicated by the
+    gather of the spread work. (NorMuon compiles fastest; the others constrain their
+    factors with the same `_matrix.replicate`.)"""
     mesh = _mesh()
     params = jax.device_put(_tree(getkey()), NamedSharding(mesh, P("x")))
     opt = OPTIMIZERS[name]()
     predicted = eqxopt.state_shardings(opt, params)
     state = jax.jit(opt.init, out_shardings=predicted)(params)
     update = jax.jit(opt.update, compiler_options=FAST_COMPILE)
-    _, new_state = update(params, state, params)
+    updates, new_state = update(params, state, params)
+    for (path, u), p in zip(
+        jax.tree_util.tree_leaves_with_path(updates), jax.tree.leaves(params)
+    ):
+        assert u.sharding.is_equivalent_to(p.sharding, u.ndim), (
+            jax.tree_util.keystr(path),
+            u.sharding,
+        )
     for (path, leaf), sharding in zip(
         jax.tree_util.tree_leaves_with_path(new_state), jax.tree.leaves(predicted)
     ):

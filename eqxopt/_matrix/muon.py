@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
+from jax.experimental.shard_alike import shard_alike
 from jax.sharding import NamedSharding
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
@@ -269,6 +270,7 @@ def _orthogonalize(
     matrices share one batch (on accelerators, see `_GROUP_SAME_SHAPES`, and always
     when `spread` splits the batches over the devices of a mesh)."""
     stacks, transposed, shardings = [], [], []
+    originals = list(inputs)
     for x, mat in zip(inputs, matrices):
         # Explicitly sharded leaves are gathered for the iteration (whose matmuls
         # would otherwise need an output sharding) and re-sharded afterwards.
@@ -287,10 +289,17 @@ def _orthogonalize(
         group=_group_same_shapes(),
     )
     outputs = []
-    for o, t, mat, sharding in zip(results, transposed, matrices, shardings):
+    for o, t, mat, sharding, x in zip(
+        results, transposed, matrices, shardings, originals
+    ):
         o = mat.from_view(jnp.swapaxes(o, -1, -2) if t else o)
         if sharding is not None:
             o = jax.sharding.reshard(o, sharding)
+        elif spread is not None:
+            # Spread work comes back replicated (gathered); the update is sharded
+            # as its input, which is sharded as the param. Behind a barrier, so
+            # that XLA's propagation does not carry it into the spread work.
+            _, o = shard_alike(x, jax.lax.optimization_barrier(o))
         outputs.append(o)
     return outputs
 
