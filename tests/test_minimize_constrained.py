@@ -383,3 +383,13 @@ def test_bad_input():
         eqxopt.AugmentedLagrangian(decrease=1.0)
     with pytest.raises((ValueError, TypeError), match="inner"):
         eqxopt.AugmentedLagrangian(inner="lbfgsb")  # pyright: ignore[reportArgumentType]
+    # The inner solver keeps the bounds: one that takes none says so before solving.
+    box = (jnp.zeros(2), jnp.ones(2))
+    with pytest.raises(ValueError, match="inner solver.*NewtonCG.*bounds.*LBFGSB"):
+        eqxopt.minimize(
+            loss,
+            eqxopt.AugmentedLagrangian(inner=eqxopt.NewtonCG()),
+            y0,
+            constraints=good,
+            bounds=box,
+        )

@@ -976,6 +976,16 @@ def minimize(
     if kind == "constraints":
         solve = _solve_constrained
         method = typing.cast(AugmentedLagrangian, optimizer)
+        if method.inner is not None:  # it takes the bounds (and solves a loss)
+            check_solver(
+                "eqxopt.minimize (the inner solver of `AugmentedLagrangian`)",
+                "AugmentedLagrangian(inner=...)",
+                method.inner,
+                ("loss",),
+                "an eqxopt optimizer of a loss (e.g. `eqxopt.LBFGSB()`)",
+                bounds=bounds,
+                y0=y0,
+            )
         solver = _Constrained(method, constraints or Constraints())
     return jit_solve(
         "eqxopt.minimize",
