@@ -400,7 +400,7 @@ def _check_real(opt, params) -> None:
         if is_param(x) and jnp.iscomplexobj(x):
             name = type(opt).__name__
             raise ValueError(
-                f"`{name}` takes real params only ({opt._real_params_only}), but the "
+                f"`{name}` takes real params only ({opt.real_only}), but the "
                 f"leaf at `{jtu.keystr(path) or 'the params'}` is {x.dtype}. Wrap it "
                 f"as `eqxopt.SplitRealAndImaginary({name}(...))` to optimise the real "
                 "and imaginary parts as real params."
@@ -426,7 +426,7 @@ def _checked(method: str, fn):
             if not _enter(self):
                 return fn(self, params)
             try:
-                if self._real_params_only:
+                if self.real_only:
                     _check_real(self, params)
                 state = fn(self, params)
             finally:
@@ -505,8 +505,10 @@ class AbstractSolver(eqx.Module):
         projects each step onto the box.
     - `refuses_bounds`: non-empty in a solver that takes no bounds: why, and what to
         use instead (the solve raises a `ValueError` saying so).
-    - `real_only`: non-empty in a solver that takes real `y0` only: what to do with
-        complex leaves (the solve raises a `ValueError` saying so).
+    - `real_only`: non-empty in a solver that takes real `y0` only: why, or what to
+        do with complex leaves. The solve raises a `ValueError` saying so before it
+        starts; an optimizer (which may also be used without a solve) raises it in
+        its `init`, naming the complex leaf.
     - `evaluates_loss`: its `update` evaluates the loss itself (through `value_fn=`)
         at the point it moves to and keeps that evaluation (`last_evaluation(state)`),
         which starts the next step of `minimize` instead of a new evaluation.
@@ -616,10 +618,6 @@ class AbstractOptimizer(AbstractSolver, Generic[State]):
     # are left alone: their copies cost nothing measurable, while every ordered leaf
     # adds trace and compile time.
     _write_after_params: ClassVar[tuple[str, ...]] = ()
-
-    # Non-empty in an optimizer that takes real params only: why (its `init` then
-    # raises a `ValueError` at a complex leaf, naming it).
-    _real_params_only: ClassVar[str] = ""
 
     def step(
         self, model: Params, grads: Updates, state: State, **extra

@@ -333,7 +333,7 @@ class Shampoo(AbstractOptimizer[ShampooState]):
         # dtype rule 8: no state buffer wider than the params (or `state_dtype`).
         return jnp.dtype(self.precond_dtype or self.state_dtype or p.dtype)
 
-    _real_params_only = (
+    real_only = (
         "its preconditioners are inverse roots of real symmetric statistics, as in "
         "the reference"
     )

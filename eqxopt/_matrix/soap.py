@@ -263,7 +263,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
 
     # -- protocol ----------------------------------------------------------------
 
-    _real_params_only = (
+    real_only = (
         "its eigenbases are those of real symmetric statistics, as in the reference"
     )
 

@@ -226,7 +226,7 @@ class NewtonCG(AbstractLineSearchOptimizer[NewtonCGState]):
     eta: float = 0.15
     max_cg_steps: int | None = eqx.field(default=None, static=True)
 
-    _real_params_only = "its trust region is a real Euclidean ball"
+    real_only = "its trust region is a real Euclidean ball"
     refuses_bounds = (
         "its trust region is a ball around the point, not a box; use "
         "`eqxopt.LBFGSB()` for box constraints"

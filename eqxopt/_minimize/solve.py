@@ -21,6 +21,7 @@ from jax.core import Tracer
 from jax.extend.core import find_top_trace
 from jaxtyping import Array, Bool, Int32, PyTree
 
+from .._core.base import AbstractOptimizer
 from .._misc import hashable, is_param
 from .loop import CPU_OPTIONS, loops, Progress, while_loop
 from .solution import RESULTS, Solution, succeeded
@@ -62,8 +63,11 @@ def check_solver(
         raise ValueError(
             f"{entry}: `{cls.__name__}` does not take `bounds` ({cls.refuses_bounds})."
         )
-    if cls.real_only and any(
-        jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0) if is_param(x)
+    # (An optimizer's own `init` raises instead, naming the complex leaf.)
+    if (
+        cls.real_only
+        and not isinstance(solver, AbstractOptimizer)
+        and any(jnp.iscomplexobj(x) for x in jtu.tree_leaves(y0) if is_param(x))
     ):
         raise ValueError(
             f"{entry}: `{cls.__name__}` takes real `y0` only; complex parameters are "

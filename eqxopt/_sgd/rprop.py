@@ -104,7 +104,7 @@ class Rprop(AbstractOptimizer[RpropState]):
             positive=("eta_minus", "eta_plus"),
         )
 
-    _real_params_only = "it compares the signs of successive gradients"
+    real_only = "it compares the signs of successive gradients"
 
     def init(self, params: Params) -> RpropState:
         def _full(p):
