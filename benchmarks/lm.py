@@ -507,9 +507,10 @@ def plot_precision(runs, names, path, caption):
     ks = np.array([c[0] for c in runs["float32"][0]["curve"]])
     ref = mean_curve("float32")
     late, warm = ks >= ks[-1] // 2, ks >= ks[-1] // 4
-    for i, name in enumerate(names):
+    for name in names:
         vs = mean_curve(name)
-        kw = dict(color=cmap(i), lw=1.6, ls=styles.get(name, "-"))
+        color = cmap(list(PRECISIONS).index(name))  # the same in every plot
+        kw = dict(color=color, lw=1.6, ls=styles.get(name, "-"))
         axes[0].plot(ks[late], vs[late], label=PRECISIONS[name][0], **kw)
         axes[1].plot(ks[warm], vs[warm] - ref[warm], label=PRECISIONS[name][0], **kw)
     axes[0].set_title("validation loss, second half", fontsize=10)
@@ -667,7 +668,7 @@ def precision_main(args, cfg, info, train_data, train_dev, evaluate):
             + "; validation loss in nats per byte.\n\n"
             + main_table
         )
-        C.write_docs_section(args.docs, "lm.py precision", text)
+        C.write_docs_section(args.docs, args.docs_section or "lm.py precision", text)
 
 
 def main():
@@ -691,6 +692,9 @@ def main():
     )
     parser.add_argument("--lr", type=float, default=None, help="(--precision)")
     parser.add_argument("--seeds", type=int, default=1, help="(--precision)")
+    parser.add_argument(
+        "--docs-section", default=None, help="the section's name (--precision)"
+    )
     args = parser.parse_args()
     quick = args.quick
 
