@@ -33,10 +33,22 @@ The wall-clock panel of the plot puts every optimizer's curve at
 themselves are one after the other, so on a shared machine their own clocks measure
 the load as much as the optimizer (their measured seconds are printed too).
 
+`--precision` trains AdamW alone, at one peak learning rate (`--lr`, or the best of
+its sweep with float32), in seven configurations: float32 params and state (the
+reference), int8, int4 and fp8 state (`eqxopt.Quantized`), and bfloat16 params with
+float32 state, plainly rounded, with `eqxopt.StochasticRounding` and with
+`eqxopt.Compensated` (the forward and backward in float32 on the params upcast). Same
+initial model (rounded to bfloat16 for those), batches, steps and schedule; `--seeds
+N` repeats it for seeds 0..N-1. It prints the final validation losses, their
+difference to float32's, the state's bytes per param and the targets of
+`docs/memory_precision.md` ("Loss at equal steps").
+
     python benchmarks/lm.py --quick                 # a tiny model, CI (seconds)
     python benchmarks/lm.py --plot                   # the default sweep
     python benchmarks/lm.py --plot --docs docs/matrix.md --json lm.json
     python benchmarks/lm.py --only adamw,muon --steps 600 --width 192
+    python benchmarks/lm.py --precision --steps 400 --seeds 3 --plot \
+        --docs docs/memory_precision.md
 """
 
 import argparse
