@@ -33,10 +33,22 @@ The wall-clock panel of the plot puts every optimizer's curve at
 themselves are one after the other, so on a shared machine their own clocks measure
 the load as much as the optimizer (their measured seconds are printed too).
 
+`--precision` trains AdamW alone, at one peak learning rate (`--lr`, or the best of
+its sweep with float32), in seven configurations: float32 params and state (the
+reference), int8, int4 and fp8 state (`eqxopt.Quantized`), and bfloat16 params with
+float32 state, plainly rounded, with `eqxopt.StochasticRounding` and with
+`eqxopt.Compensated` (the forward and backward in float32 on the params upcast). Same
+initial model (rounded to bfloat16 for those), batches, steps and schedule; `--seeds
+N` repeats it for seeds 0..N-1. It prints the final validation losses, their
+difference to float32's, the state's bytes per param and the targets of
+`docs/memory_precision.md` ("Loss at equal steps").
+
     python benchmarks/lm.py --quick                 # a tiny model, CI (seconds)
     python benchmarks/lm.py --plot                   # the default sweep
     python benchmarks/lm.py --plot --docs docs/matrix.md --json lm.json
     python benchmarks/lm.py --only adamw,muon --steps 600 --width 192
+    python benchmarks/lm.py --precision --steps 400 --seeds 3 --plot \
+        --docs docs/memory_precision.md
 """
 
 import argparse
@@ -186,6 +198,17 @@ def batch_loss(model, data, offsets, context):
     return optax.softmax_cross_entropy_with_integer_labels(logits, seq[:, 1:]).mean()
 
 
+def init_model(cfg, seed: int) -> Transformer:
+    return Transformer(cfg.width, cfg.layers, cfg.heads, cfg.context, jr.key(seed))
+
+
+def train_offsets(cfg, n_train: int, seed: int) -> jax.Array:
+    """The start of every training window, `(steps, batch)`: the batches' order."""
+    rng = np.random.default_rng(seed)
+    high = n_train - cfg.context - 1
+    return jnp.asarray(rng.integers(0, high, (cfg.steps, cfg.batch)), jnp.int32)
+
+
 # --- the optimizers -------------------------------------------------------------------
 
 
@@ -324,8 +347,14 @@ def train(cfg, name, lr, compiled, evaluate, model0, offsets):
     """One run of the sweep: the validation curve and the time spent training."""
     opt = make_opt(name, lr, cfg, model0)
     model = C.fresh_copy(model0)
-    state = opt.init(model)
-    step = compiled.bind(opt)
+    run = run_steps(cfg, compiled.bind(opt), model, opt.init(model), evaluate, offsets)
+    return {"optimizer": name, "lr": lr, **run}
+
+
+def run_steps(cfg, step, model, state, evaluate, offsets):
+    """`cfg.steps` steps of `step(model, state, offsets) -> (model, state, loss)`, the
+    validation loss every `cfg.eval_every` steps: the curve `[(step, loss, seconds)]`,
+    the final loss (NaN when it diverged) and the seconds spent training."""
     curve = [(0, float(evaluate(model)), 0.0)]
     train_s = 0.0
     diverged = False
@@ -343,8 +372,6 @@ def train(cfg, name, lr, compiled, evaluate, model0, offsets):
         else:
             train_s += time.perf_counter() - t0
     return {
-        "optimizer": name,
-        "lr": lr,
         "curve": curve,
         "final": curve[-1][1] if not diverged else math.nan,
         "diverged": diverged,
@@ -399,6 +426,263 @@ def plot(results, best, step_ms, path, caption):
     plt.close(fig)
 
 
+# --- precision mode (`--precision`) ---------------------------------------------------
+
+# name -> (label, param dtype, AdamW's `state_dtype`, wrapper, target); a target `x`
+# is "final validation loss at most x% above float32's", "worse" is "more than
+# WORSE% above" (plain bfloat16 params must lose measurably).
+WORSE = 0.5
+PRECISIONS = {
+    "float32": ("float32 (reference)", jnp.float32, None, None, None),
+    "int8": ("int8 state", jnp.float32, eqxopt.Quantized("int8"), None, 0.5),
+    "int4": ("int4 state", jnp.float32, eqxopt.Quantized("int4"), None, 1.5),
+    "fp8": ("fp8 state", jnp.float32, eqxopt.Quantized("fp8"), None, 1.5),
+    "bf16": ("bfloat16 params", jnp.bfloat16, jnp.float32, None, "worse"),
+    "bf16_sr": (
+        "bfloat16 + StochasticRounding",
+        jnp.bfloat16,
+        jnp.float32,
+        lambda opt: eqxopt.StochasticRounding(opt, key=0),
+        0.5,
+    ),
+    "bf16_comp": (
+        "bfloat16 + Compensated",
+        jnp.bfloat16,
+        jnp.float32,
+        eqxopt.Compensated,
+        0.5,
+    ),
+}
+
+
+def cast(tree, dtype):
+    """Every float array of `tree` in `dtype`."""
+    return jtu.tree_map(
+        lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, tree
+    )
+
+
+def precision_opt(name: str, lr: float, steps: int) -> eqxopt.AbstractOptimizer:
+    _, _, state_dtype, wrapper, _ = PRECISIONS[name]
+    opt = eqxopt.AdamW(
+        schedule(lr, steps), b1=0.9, b2=0.95, weight_decay=0.0, state_dtype=state_dtype
+    )
+    return opt if wrapper is None else wrapper(opt)
+
+
+def precision_step(opt, data, context: int):
+    """The train step of the precision mode: the forward and backward in float32 on
+    the params upcast (float32 gradients), then `opt.step` writes the params in their
+    own dtype; not jitted."""
+
+    def step(model, state, offsets):
+        loss, grads = eqx.filter_value_and_grad(batch_loss)(
+            cast(model, jnp.float32), data, offsets, context
+        )
+        model, state = opt.step(model, grads, state)
+        return model, state, loss
+
+    return step
+
+
+def target_met(target, diff: float) -> bool | None:
+    if target is None:
+        return None
+    if target == "worse":
+        return diff > WORSE
+    return diff <= target
+
+
+def target_text(target) -> str:
+    if target is None:
+        return "-"
+    if target == "worse":
+        return f"> +{WORSE:g}% (worse)"
+    return f"<= +{target:g}%"
+
+
+def plot_precision(runs, names, path, caption):
+    """Left: the validation loss over the second half of the run; right: its
+    difference to float32's from a quarter of the run on (means over the seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.4))
+    cmap = plt.get_cmap("tab10")
+    styles = {"int8": "--", "int4": "--", "fp8": "--"}
+
+    def mean_curve(name):
+        return np.mean([[c[1] for c in r["curve"]] for r in runs[name]], axis=0)
+
+    ks = np.array([c[0] for c in runs["float32"][0]["curve"]])
+    ref = mean_curve("float32")
+    late, warm = ks >= ks[-1] // 2, ks >= ks[-1] // 4
+    for name in names:
+        vs = mean_curve(name)
+        color = cmap(list(PRECISIONS).index(name))  # the same in every plot
+        kw = dict(color=color, lw=1.6, ls=styles.get(name, "-"))
+        axes[0].plot(ks[late], vs[late], label=PRECISIONS[name][0], **kw)
+        axes[1].plot(ks[warm], vs[warm] - ref[warm], label=PRECISIONS[name][0], **kw)
+    axes[0].set_title("validation loss, second half", fontsize=10)
+    axes[1].set_title("minus float32's, from a quarter of the run on", fontsize=10)
+    for ax in axes:
+        ax.set_xlabel("training step", fontsize=11)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=10)
+    axes[0].set_ylabel("nats per byte", fontsize=11)
+    axes[0].legend(fontsize=9, loc="upper right", frameon=True)
+    fig.suptitle(caption, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def precision_main(args, cfg, info, train_data, train_dev, evaluate):
+    """AdamW at one learning rate, float32 against quantized state and bfloat16
+    params: the same init, batches, steps and schedule for each configuration."""
+    names = list(PRECISIONS) if args.only is None else args.only.split(",")
+    if "float32" not in names:
+        names.insert(0, "float32")
+    seeds = list(range(args.seeds))
+    model0 = init_model(cfg, seeds[0])
+    n_params = sum(x.size for x in jtu.tree_leaves(model0))
+    lr = args.lr
+    if lr is None and args.quick:
+        lr = OPTIMIZERS["adamw"][0][1]
+    if lr is None:
+        # AdamW's sweep of the main mode, float32, first seed.
+        offsets = train_offsets(cfg, len(train_data), seeds[0])
+        compiled = Compiled("adamw", cfg, model0, train_dev, offsets)
+        finals = {}
+        for x in OPTIMIZERS["adamw"][0]:
+            finals[x] = train(cfg, "adamw", x, compiled, evaluate, model0, offsets)[
+                "final"
+            ]
+            print(f"  sweep: AdamW lr {x:g}, float32: {C.fmt(finals[x], 4)}")
+        lr = min(finals, key=lambda x: finals[x] if math.isfinite(finals[x]) else 1e9)
+    print(f"AdamW, peak learning rate {lr:g}; seeds {seeds}\n")
+
+    evaluate32 = lambda model: evaluate(cast(model, jnp.float32))
+    runs = {name: [] for name in names}
+    bytes_per_param = {}
+    compile_s = {}
+    for name in names:
+        dtype = PRECISIONS[name][1]
+        opt = precision_opt(name, lr, cfg.steps)
+        model = cast(model0, dtype)
+        bytes_per_param[name] = eqxopt.verify(opt, model).nbytes / n_params
+        t0 = time.perf_counter()
+        step = (
+            jax.jit(precision_step(opt, train_dev, cfg.context), donate_argnums=(0, 1))
+            .lower(model, opt.init(model), train_offsets(cfg, len(train_data), 0)[0])
+            .compile()
+        )
+        compile_s[name] = time.perf_counter() - t0
+        for seed in seeds:
+            model = cast(init_model(cfg, seed), dtype)
+            offsets = train_offsets(cfg, len(train_data), seed)
+            run = run_steps(cfg, step, model, opt.init(model), evaluate32, offsets)
+            runs[name].append({"seed": seed, **run})
+            print(
+                f"  {PRECISIONS[name][0]:30s} seed {seed}: final validation loss "
+                f"{C.fmt(run['final'], 4)}  [{run['train_seconds']:.1f} s training; "
+                f"compile {compile_s[name]:.1f} s]",
+                flush=True,
+            )
+
+    ref = [r["final"] for r in runs["float32"]]
+    rows = []
+    summary = {}
+    for name in names:
+        label, dtype, _, _, target = PRECISIONS[name]
+        finals = [r["final"] for r in runs[name]]
+        diffs = [100 * (f / f0 - 1) for f, f0 in zip(finals, ref)]
+        diff = float(np.mean(diffs))
+        met = None if name == "float32" else target_met(target, diff)
+        summary[name] = {
+            "label": label,
+            "param_dtype": jnp.dtype(dtype).name,
+            "final": float(np.mean(finals)),
+            "finals": finals,
+            "diff_percent": diff,
+            "diff_percent_per_seed": diffs,
+            "state_bytes_per_param": bytes_per_param[name],
+            "target": target,
+            "met": met,
+            "train_seconds": sum(r["train_seconds"] for r in runs[name]),
+        }
+        row = [
+            label,
+            f"{jnp.dtype(dtype).itemsize}",
+            f"{bytes_per_param[name]:.2f}",
+            C.fmt(float(np.mean(finals)), 4),
+            "-" if name == "float32" else f"{diff:+.2f}",
+        ]
+        if len(seeds) > 1:
+            row.append(", ".join(f"{d:+.2f}" for d in diffs))
+        row += [target_text(target), "-" if met is None else ("yes" if met else "no")]
+        rows.append(row)
+    headers = [
+        "configuration",
+        "param bytes",
+        "state bytes / param",
+        "final valid loss" + (" (mean)" if len(seeds) > 1 else ""),
+        "vs float32 (%)",
+    ]
+    if len(seeds) > 1:
+        headers.append("per seed (%)")
+    headers += ["target", "met"]
+    main_table = C.table(headers, rows)
+    print("\n" + main_table)
+
+    if args.plot:
+        path = args.plot_path or str(
+            C.repo_root() / "docs/_static/bench_lm_precision.png"
+        )
+        caption = (
+            f"AdamW lr {lr:g}, {cfg.steps} steps; {cfg.layers} layers, width "
+            f"{cfg.width}, {C.human(n_params)} params, batch {cfg.batch}x{cfg.context}"
+            + (f"; mean of {len(seeds)} seeds" if len(seeds) > 1 else "")
+        )
+        plot_precision(runs, names, path, caption)
+        print(f"\nplot: {path}")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "machine": info,
+                    "config": vars(cfg),
+                    "n_params": n_params,
+                    "lr": lr,
+                    "seeds": seeds,
+                    "runs": runs,
+                    "summary": summary,
+                    "compile_seconds": compile_s,
+                },
+                indent=1,
+            )
+        )
+    if args.docs:
+        text = (
+            f"Measured with `python benchmarks/lm.py --precision` on {info['cpu']} "
+            f"({info['cores']} cores, {info['backend']}; jax {info['jax']}): "
+            f"{cfg.layers} layers, width {cfg.width}, context {cfg.context}, "
+            f"{n_params:,} params; batch {cfg.batch} windows, {cfg.steps} steps, "
+            f"AdamW at peak learning rate {lr:g}; "
+            + (
+                f"seeds {', '.join(map(str, seeds))} (init and batch order), the mean "
+                "of the per-seed differences"
+                if len(seeds) > 1
+                else f"seed {seeds[0]}"
+            )
+            + "; validation loss in nats per byte.\n\n"
+            + main_table
+        )
+        C.write_docs_section(args.docs, args.docs_section or "lm.py precision", text)
+
+
 def main():
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a tiny model (CI)")
@@ -411,10 +695,18 @@ def main():
     parser.add_argument("--repeats", type=int, default=None, help="timing rounds")
     parser.add_argument("--json", default=None, help="write the results here")
     parser.add_argument("--plot", action="store_true", help="write the PNG")
-    parser.add_argument(
-        "--plot-path", default=str(C.repo_root() / "docs/_static/bench_lm.png")
-    )
+    parser.add_argument("--plot-path", default=None)
     parser.add_argument("--docs", default=None, help="rewrite `lm.py` in this page")
+    parser.add_argument(
+        "--precision",
+        action="store_true",
+        help="AdamW with quantized state and bfloat16 params against float32",
+    )
+    parser.add_argument("--lr", type=float, default=None, help="(--precision)")
+    parser.add_argument("--seeds", type=int, default=1, help="(--precision)")
+    parser.add_argument(
+        "--docs-section", default=None, help="the section's name (--precision)"
+    )
     args = parser.parse_args()
     quick = args.quick
 
@@ -437,7 +729,7 @@ def main():
     info = C.machine_info()
     print(C.machine_line(info))
     train_data, valid_data = load_corpus()
-    model0 = Transformer(cfg.width, cfg.layers, cfg.heads, cfg.context, jr.key(0))
+    model0 = init_model(cfg, 0)
     n_params = sum(x.size for x in jtu.tree_leaves(model0))
     print(
         f"data: {len(TRAIN_FILES)} stdlib files, {len(train_data):,} training bytes; "
@@ -449,9 +741,7 @@ def main():
         f"{cfg.context} bytes, {cfg.steps} steps, validation every {cfg.eval_every} "
         f"steps on {cfg.valid_batches * cfg.batch} windows\n"
     )
-    rng = np.random.default_rng(0)
-    high = len(train_data) - cfg.context - 1
-    offsets = jnp.asarray(rng.integers(0, high, (cfg.steps, cfg.batch)), jnp.int32)
+    offsets = train_offsets(cfg, len(train_data), 0)
     valid_offsets = jnp.asarray(
         np.linspace(0, len(valid_data) - cfg.context - 2, cfg.valid_batches * cfg.batch)
         .astype(np.int32)
@@ -465,6 +755,9 @@ def main():
             lambda o: batch_loss(model, valid_dev, o, cfg.context), valid_offsets
         )
         return losses.mean()
+
+    if args.precision:
+        return precision_main(args, cfg, info, train_data, train_dev, evaluate)
 
     # The sweep: one compiled step per optimizer, for every learning rate.
     results = []
@@ -594,8 +887,9 @@ def main():
             f"{C.human(n_params)} params, batch {cfg.batch}x{cfg.context}; "
             f"{info['cpu']}, {info['cores']} cores"
         )
-        plot(results, best, step_ms, args.plot_path, caption)
-        print(f"\nplot: {args.plot_path}")
+        path = args.plot_path or str(C.repo_root() / "docs/_static/bench_lm.png")
+        plot(results, best, step_ms, path, caption)
+        print(f"\nplot: {path}")
     if args.json:
         Path(args.json).write_text(
             json.dumps(
