@@ -3,8 +3,9 @@ transcription of torchao's 8-bit, 4-bit and fp8 AdamW, `StochasticRounding`,
 `Compensated`, and bad input.
 
 The transcription is in `tests/torchao_transcription.py`. torchao is not installed
-here, so the transcription is checked against the maps it prints in its docs (the
-4-bit signed map below) and against itself.
+here: the transcription is checked against the maps torchao prints in its docs (the
+4-bit signed map below) and, in a separate venv with torch, against torchao itself by
+`tests/torchao_check.py`.
 """
 
 import io
