@@ -193,13 +193,19 @@ Stored = Inexact[Array, "..."] | QuantizedArray
 
 def _linspace_f32(start: float, end: float, steps: int) -> np.ndarray:
     """`torch.linspace(start, end, steps)` in float32, as PyTorch's CPU kernel computes
-    it (from both ends towards the middle)."""
+    it (from both ends towards the middle), with `start + step * i` one fused
+    multiply-add (a single rounding), as in its AVX2 / AVX512 builds, which torchao's
+    maps come from on any recent x86-64 CPU (checked against torch 2.13.0 by
+    tests/torchao_check.py)."""
     start32, end32 = np.float32(start), np.float32(end)
-    step = np.float32((end32 - start32) / np.float32(steps - 1))
+    step = np.float64(np.float32((end32 - start32) / np.float32(steps - 1)))
     idx = np.arange(steps)
-    low = start32 + step * idx.astype(np.float32)
-    high = end32 - step * (steps - idx - 1).astype(np.float32)
-    return np.where(idx < steps // 2, low, high).astype(np.float32)
+    base = np.where(idx < steps // 2, start32, end32).astype(np.float64)
+    prod = step * np.where(idx < steps // 2, idx, idx - steps + 1)  # exact
+    wide = base + prod
+    # exact in float64 (so one rounding to float32) for these ranges; checked
+    assert np.all(wide - base == prod) and np.all(wide - prod == base)
+    return wide.astype(np.float32)
 
 
 def _dynamic_map(signed: bool, max_exponent_bits: int, total_bits: int) -> np.ndarray:
