@@ -27,22 +27,21 @@ import scipy.optimize as so  # noqa: E402
 import eqxopt  # noqa: E402
 
 
-def _best(f, n=3):
+def _times(f, n: int) -> list[float]:
     out = []
     for _ in range(n):
         t = time.perf_counter()
         f()
         out.append(time.perf_counter() - t)
-    return min(out)
+    return out
+
+
+def _best(f, n=3):
+    return min(_times(f, n))
 
 
 def _median(f, n=200):
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        f()
-        out.append(time.perf_counter() - t)
-    return float(np.median(out))
+    return float(np.median(_times(f, n)))
 
 
 def big():
