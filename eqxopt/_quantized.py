@@ -531,3 +531,12 @@ def _no_buffers(name: str, field: str, buffers) -> None:
         f"`{name}({field}=...)`: `{name}` {why}, so `{field}` must be a dtype or "
         "None, not an `eqxopt.Quantized` or a dict."
     )
+
+
+def plain_dtype(state_dtype: Any) -> Any:
+    """The dtype that `state_dtype` gives the state that mirrors no param (row
+    statistics, scalars, coefficients): itself if a dtype or `None`, `None` (the
+    param's dtype) if a `Quantized` or a per-buffer dict."""
+    if isinstance(state_dtype, (Quantized, Mapping)):
+        return None
+    return state_dtype
