@@ -35,11 +35,9 @@ from .._misc import (
 )
 from .._quantized import (
     buffers_like,
+    copy_like,
     dtype_of,
-    new_buffer,
-    Quantized,
     read,
-    storage_of,
     Stored,
     write,
 )
@@ -149,15 +147,7 @@ def _init_scalars(params):
 
 
 def _init_z(params, state_dtype):
-    storage = storage_of(state_dtype, "z")
-
-    def _leaf(p):
-        if isinstance(storage, Quantized):
-            return new_buffer(p, p, storage, False)
-        # A copy (not an alias of the params' buffers), so both can be donated to a jit.
-        return jnp.array(p, dtype=storage or p.dtype, copy=True)
-
-    return tree_map(_leaf, params)
+    return copy_like(params, state_dtype, "z")
 
 
 def _warmup(learning_rate, warmup_steps, count, dtype):
