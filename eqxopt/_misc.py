@@ -254,13 +254,15 @@ def full_like_leaf(p: Array, value, dtype=None) -> Array:
     return z
 
 
-def sharded_like(x: Array, ref: Array) -> Array:
+def sharded_like(x: Array, ref: Any) -> Array:
     """`x` resharded to `ref`'s sharding where both are typed with different shardings
     over `Explicit` mesh axes (sharding in types), as when a gradient (sharded like
     its param) meets a state buffer split further over a data-parallel axis
     (`eqxopt.state_shardings(..., shard_over=...)`): selects and `lax.cond` branches
     need equal types there. Otherwise `x` unchanged (on `Auto` axes XLA places every
-    op itself)."""
+    op itself), and unchanged next to a quantized buffer (an [`OpaqueLeaf`][])."""
+    if isinstance(ref, OpaqueLeaf):
+        return x
     want = getattr(jax.typeof(ref), "sharding", None)
     have = getattr(jax.typeof(x), "sharding", None)
     mesh = getattr(want, "mesh", None)

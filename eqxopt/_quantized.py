@@ -631,3 +631,27 @@ def _no_buffers(name: str, field: str, buffers) -> None:
         f"`{name}({field}=...)`: `{name}` {why}, so `{field}` must be a dtype or "
         "None, not an `eqxopt.Quantized` or a dict."
     )
+
+
+def plain_dtype(state_dtype: Any) -> Any:
+    """The dtype that `state_dtype` gives the state that mirrors no param (row
+    statistics, scalars, coefficients): itself if a dtype or `None`, `None` (the
+    param's dtype) if a `Quantized` or a per-buffer dict."""
+    if isinstance(state_dtype, (Quantized, Mapping)):
+        return None
+    return state_dtype
+
+
+def copy_like(params, state_dtype: Any, name: str, nonnegative: bool = False):
+    """The buffer `name` starting at the params' values (an average, an iterate):
+    at every optimised leaf a copy in the dtype `state_dtype` gives it (a copy, not
+    the params' own array, so that params and state can both be donated to a jit),
+    or the values encoded in a `QuantizedArray`; `None` elsewhere."""
+    storage = storage_of(state_dtype, name)
+
+    def _leaf(p):
+        if isinstance(storage, Quantized):
+            return new_buffer(p, p, storage, nonnegative)
+        return jnp.array(p, dtype=storage or p.dtype, copy=True)
+
+    return tree_map(_leaf, params)

@@ -2,7 +2,7 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
@@ -22,14 +22,15 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked
 class AcPropState(eqx.Module):
     """State of [`eqxopt.AcProp`][]: the step count, the gradient EMA `mu` and the EMA
-    `nu` of the squared prediction error $(g - m)^2$, one leaf per param.
+    `nu` of the squared prediction error $(g - m)^2$, one leaf per param (each may be
+    quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -48,8 +49,8 @@ class AcPropState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
-    nu: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
+    nu: PyTree[Stored]
 
 
 class AcProp(AbstractOptimizer[AcPropState]):
@@ -103,6 +104,8 @@ class AcProp(AbstractOptimizer[AcPropState]):
     mask: FilterSpec | None = mask_field(default=None)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
+    _state_buffers = {"mu": False, "nu": True}
+
     def __check_init__(self):
         check_hyperparams(
             self,
@@ -113,8 +116,8 @@ class AcProp(AbstractOptimizer[AcPropState]):
     def init(self, params: Params) -> AcPropState:
         return AcPropState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
+            buffers_like(params, self.state_dtype, "mu", False),
+            buffers_like(params, self.state_dtype, "nu", True),
         )
 
     def update(self, grads: Updates, state: AcPropState, params=None, **extra):
@@ -140,9 +143,9 @@ class AcProp(AbstractOptimizer[AcPropState]):
         constants = per_dtype(_constants)
 
         def _leaf(g, m, v, p, selected):
-            dtype = compute_dtype(g.dtype, m.dtype, v.dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(m), dtype_of(v))
             b1, one_minus_b1, b2, one_minus_b2, bc2, eps, eps_root = constants(dtype)
-            g32, m32, v32 = g.astype(dtype), m.astype(dtype), v.astype(dtype)
+            g32, m32, v32 = g.astype(dtype), read(m, dtype), read(v, dtype)
             new_m = one_minus_b1 * g32 + b1 * m32
             new_v = one_minus_b2 * abs_sq(g32 - m32) + b2 * v32 + eps_root
             v_hat = jnp.where(initial, jnp.ones((), v32.dtype), v32 / bc2)
@@ -150,8 +153,8 @@ class AcProp(AbstractOptimizer[AcPropState]):
             update = finish(direction, g, p, selected)
             return pack(
                 update.astype(out_dtype(g, p)),
-                new_m.astype(m.dtype),
-                new_v.astype(v.dtype),
+                write(new_m, m),
+                write(new_v, v),
             )
 
         updates, mu, nu = tree_map_unzip(
@@ -178,6 +181,7 @@ AcProp.__init__.__doc__ = r"""**Arguments:**
 - `eps_root`: $\bar\epsilon$, added to the second moment at every step.
 - `weight_decay`: $\lambda$ (multiplied by the learning rate).
 - `mask`: which leaves are decayed, as a filter spec; default all.
-- `state_dtype`: dtype of both moments; default the param's. (Static, keyword-only;
-    Optax's `acprop` has no such option.)
+- `state_dtype`: dtype of both moments; default the param's. An
+    [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"mu"` and `"nu"` each.
+    (Static, keyword-only; Optax's `acprop` has no such option.)
 """

@@ -2,8 +2,7 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer
@@ -22,8 +21,8 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked
@@ -31,7 +30,7 @@ class AdaNState(eqx.Module):
     """State of [`eqxopt.AdaN`][] and [`eqxopt.ScaleByAdaN`][]: the step count, the
     EMAs of the gradients (`m`), of the gradient differences (`v`) and of the squared
     Nesterov term (`n`), and the previous gradient (`prev_grad`), one leaf per
-    param.
+    param (each may be quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -50,10 +49,10 @@ class AdaNState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    m: PyTree[Inexact[Array, "..."]]
-    v: PyTree[Inexact[Array, "..."]]
-    n: PyTree[Inexact[Array, "..."]]
-    prev_grad: PyTree[Inexact[Array, "..."]]
+    m: PyTree[Stored]
+    v: PyTree[Stored]
+    n: PyTree[Stored]
+    prev_grad: PyTree[Stored]
 
 
 def _check(opt):
@@ -65,14 +64,13 @@ def _check(opt):
     )
 
 
+# The buffers, and whether each is non-negative.
+_BUFFERS = {"m": False, "v": False, "n": True, "prev_grad": False}
+
+
 def _init(opt, params) -> AdaNState:
-    return AdaNState(
-        zero_count(),
-        zeros_like(params, opt.state_dtype),
-        zeros_like(params, opt.state_dtype),
-        zeros_like(params, opt.state_dtype),
-        zeros_like(params, opt.state_dtype),
-    )
+    buffers = (buffers_like(params, opt.state_dtype, *b) for b in _BUFFERS.items())
+    return AdaNState(zero_count(), *buffers)
 
 
 def _adan(opt, grads, state: AdaNState, params, leaf_update, mask=None):
@@ -80,14 +78,14 @@ def _adan(opt, grads, state: AdaNState, params, leaf_update, mask=None):
     count = increment(state.count)
 
     def _leaf(g, m, v, n, g_prev, p, selected):
-        dtype = compute_dtype(g.dtype, m.dtype, v.dtype, n.dtype, g_prev.dtype)
+        dtype = compute_dtype(g.dtype, *map(dtype_of, (m, v, n, g_prev)))
         g32 = sharded_like(g.astype(dtype), m)  # split like `m` under `shard_over`
         b1, b2, b3 = (scalar(b, dtype) for b in (opt.b1, opt.b2, opt.b3))
         t = count.astype(dtype)
-        diff = jnp.where(first, jnp.zeros_like(g32), g32 - g_prev.astype(dtype))
-        m32 = (1 - b1) * g32 + b1 * m.astype(dtype)
-        v32 = (1 - b2) * diff + b2 * v.astype(dtype)
-        n32 = (1 - b3) * abs_sq(g32 + (1 - b2) * diff) + b3 * n.astype(dtype)
+        diff = jnp.where(first, jnp.zeros_like(g32), g32 - read(g_prev, dtype))
+        m32 = (1 - b1) * g32 + b1 * read(m, dtype)
+        v32 = (1 - b2) * diff + b2 * read(v, dtype)
+        n32 = (1 - b3) * abs_sq(g32 + (1 - b2) * diff) + b3 * read(n, dtype)
         m_hat = m32 / (1 - b1**t)
         v_hat = v32 / (1 - b2**t)
         n_hat = n32 / (1 - b3**t)
@@ -97,10 +95,10 @@ def _adan(opt, grads, state: AdaNState, params, leaf_update, mask=None):
         u = leaf_update(direction, p, selected)
         return pack(
             u.astype(out_dtype(g, p)),
-            m32.astype(m.dtype),
-            v32.astype(v.dtype),
-            n32.astype(n.dtype),
-            g32.astype(g_prev.dtype),
+            write(m32, m),
+            write(v32, v),
+            write(n32, n),
+            write(g32, g_prev),
         )
 
     updates, m, v, n, g_prev = tree_map_unzip(
@@ -153,7 +151,9 @@ class ScaleByAdaN(AbstractOptimizer[AdaNState]):
     b3: ScalarLike = 0.99
     eps: ScalarLike = 1e-8
     eps_root: ScalarLike = 0.0
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = _BUFFERS
 
     def __check_init__(self):
         _check(self)
@@ -218,7 +218,9 @@ class AdaN(AbstractOptimizer[AdaNState]):
     eps_root: ScalarLike = 1e-8
     weight_decay: ScalarOrSchedule = 0.0
     mask: FilterSpec | None = mask_field(default=None)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = _BUFFERS
 
     def __check_init__(self):
         _check(self)
@@ -249,16 +251,16 @@ _ARGS = r"""- `b1`: decay rate of the gradient EMA $m$, in `[0, 1)`.
 - `b3`: decay rate of the squared-term EMA $n$, in `[0, 1)`.
 - `eps`, `eps_root`: $\epsilon$ outside and $\epsilon_{\rm root}$ inside the root.
 """
+_STATE_DTYPE = """- `state_dtype`: dtype of the four buffers; default the param's. An
+    [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"m"`, `"v"`, `"n"` and
+    `"prev_grad"` each. (Static.)
+"""
 AdaN.__init__.__doc__ = (
     "**Arguments:**\n\n- `learning_rate`: $\\eta$; a number, an array, or a "
     "schedule.\n"
     + _ARGS
     + "- `weight_decay`: $\\lambda$, a number or a schedule; default `0`.\n"
     "- `mask`: which leaves are decayed, as a filter spec; default all.\n"
-    "- `state_dtype`: dtype of the four buffers; default the param's. (Static.)\n"
+    + _STATE_DTYPE
 )
-ScaleByAdaN.__init__.__doc__ = (
-    "**Arguments:**\n\n"
-    + _ARGS
-    + "- `state_dtype`: dtype of the four buffers; default the param's. (Static.)\n"
-)
+ScaleByAdaN.__init__.__doc__ = "**Arguments:**\n\n" + _ARGS + _STATE_DTYPE

@@ -2,8 +2,7 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer
@@ -21,14 +20,15 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked
 class AdEMAMixState(eqx.Module):
     """State of [`eqxopt.AdEMAMix`][]: the step count, the fast (`m1`) and slow (`m2`)
-    gradient EMAs and the second moment `nu`, one leaf per param.
+    gradient EMAs and the second moment `nu`, one leaf per param (each may be
+    quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -45,9 +45,9 @@ class AdEMAMixState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    m1: PyTree[Inexact[Array, "..."]]
-    m2: PyTree[Inexact[Array, "..."]]
-    nu: PyTree[Inexact[Array, "..."]]
+    m1: PyTree[Stored]
+    m2: PyTree[Stored]
+    nu: PyTree[Stored]
 
 
 class AdEMAMix(AbstractOptimizer[AdEMAMixState]):
@@ -96,9 +96,11 @@ class AdEMAMix(AbstractOptimizer[AdEMAMixState]):
     alpha: ScalarOrSchedule = 5.0
     eps: ScalarLike = 1e-8
     eps_root: ScalarLike = 0.0
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
     weight_decay: ScalarLike = 0.0
     mask: FilterSpec | None = mask_field(default=None)
+
+    _state_buffers = {"m1": False, "m2": False, "nu": True}
 
     def __check_init__(self):
         check_hyperparams(
@@ -110,9 +112,9 @@ class AdEMAMix(AbstractOptimizer[AdEMAMixState]):
     def init(self, params: Params) -> AdEMAMixState:
         return AdEMAMixState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
+            buffers_like(params, self.state_dtype, "m1", False),
+            buffers_like(params, self.state_dtype, "m2", False),
+            buffers_like(params, self.state_dtype, "nu", True),
         )
 
     def update(self, grads: Updates, state: AdEMAMixState, params=None, **extra):
@@ -128,13 +130,13 @@ class AdEMAMix(AbstractOptimizer[AdEMAMixState]):
         mask = decay_mask(self.mask, params) if decay else None
 
         def _leaf(g, m1, m2, nu, p, selected):
-            dtype = compute_dtype(g.dtype, m1.dtype, m2.dtype, nu.dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(m1), dtype_of(m2), dtype_of(nu))
             g32 = g.astype(dtype)
             b1_, b2_, b3_ = (scalar(b, dtype) for b in (self.b1, self.b2, b3))
             t = count.astype(dtype)
-            m1_32 = (1 - b1_) * g32 + b1_ * m1.astype(dtype)
-            m2_32 = (1 - b3_) * g32 + b3_ * m2.astype(dtype)
-            nu32 = (1 - b2_) * abs_sq(g32) + b2_ * nu.astype(dtype)
+            m1_32 = (1 - b1_) * g32 + b1_ * read(m1, dtype)
+            m2_32 = (1 - b3_) * g32 + b3_ * read(m2, dtype)
+            nu32 = (1 - b2_) * abs_sq(g32) + b2_ * read(nu, dtype)
             m1_hat = m1_32 / (1 - b1_**t)
             nu_hat = nu32 / (1 - b2_**t)
             u = (m1_hat + scalar(alpha, dtype) * m2_32) / (
@@ -146,9 +148,9 @@ class AdEMAMix(AbstractOptimizer[AdEMAMixState]):
             u = u * -scalar(lr, dtype)
             return pack(
                 u.astype(out_dtype(g, p)),
-                m1_32.astype(m1.dtype),
-                m2_32.astype(m2.dtype),
-                nu32.astype(nu.dtype),
+                write(m1_32, m1),
+                write(m2_32, m2),
+                write(nu32, nu),
             )
 
         updates, m1, m2, nu = tree_map_unzip(
@@ -174,7 +176,8 @@ AdEMAMix.__init__.__doc__ = r"""**Arguments:**
 - `alpha`: weight $\alpha$ of the slow EMA; a number or a schedule.
 - `eps`, `eps_root`: $\epsilon$ outside and $\epsilon_{\rm root}$ inside the root.
 - `state_dtype`: dtype of the three buffers (Optax's `mu_dtype`); default the
-    param's. (Static.)
+    param's. An [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"m1"`, `"m2"`
+    and `"nu"` each. (Static.)
 - `weight_decay`: decoupled weight decay $\lambda$ (multiplied by $\eta$).
 - `mask`: which leaves are decayed, as a filter spec; default all.
 """

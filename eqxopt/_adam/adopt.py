@@ -5,8 +5,7 @@ from collections.abc import Callable
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
@@ -24,8 +23,8 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 def quarter_power(count: Array) -> Array:
@@ -36,7 +35,8 @@ def quarter_power(count: Array) -> Array:
 @typechecked
 class ADOPTState(eqx.Module):
     """State of [`eqxopt.ADOPT`][]: the step count and the first (`mu`) and second
-    (`nu`) moments, one leaf per param.
+    (`nu`) moments, one leaf per param (each may be quantized:
+    [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -55,8 +55,8 @@ class ADOPTState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
-    nu: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
+    nu: PyTree[Stored]
 
 
 class ADOPT(AbstractOptimizer[ADOPTState]):
@@ -107,12 +107,14 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
     b1: ScalarLike = 0.9
     b2: ScalarLike = 0.9999
     eps: ScalarLike = 1e-6
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
     nesterov: bool = eqx.field(default=False, static=True, kw_only=True)
     use_clipping: bool = eqx.field(default=True, static=True, kw_only=True)
     clip_value_fn: Callable[[Array], Array] = eqx.field(
         default=quarter_power, static=True, kw_only=True
     )
+
+    _state_buffers = {"mu": False, "nu": True}
 
     def __check_init__(self):
         check_hyperparams(
@@ -129,8 +131,8 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
     def init(self, params: Params) -> ADOPTState:
         return ADOPTState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
+            buffers_like(params, self.state_dtype, "mu", False),
+            buffers_like(params, self.state_dtype, "nu", True),
         )
 
     def update(self, grads: Updates, state: ADOPTState, params=None, **extra):
@@ -138,8 +140,8 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
         first = state.count == 0
 
         def _leaf(g, m, v, p):
-            dtype = compute_dtype(g.dtype, m.dtype, v.dtype)
-            g32, m32, v32 = g.astype(dtype), m.astype(dtype), v.astype(dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(m), dtype_of(v))
+            g32, m32, v32 = g.astype(dtype), read(m, dtype), read(v, dtype)
             one, zero = jnp.ones((), dtype), jnp.zeros((), dtype)
             b1 = jnp.where(first, one, scalar(self.b1, dtype))
             b2 = jnp.where(first, zero, scalar(self.b2, dtype))
@@ -154,9 +156,7 @@ class ADOPT(AbstractOptimizer[ADOPTState]):
             new_m = (1 - b1) * normed + b1 * m32
             out = (1 - b1) * normed + b1 * new_m if self.nesterov else new_m
             u = out * -scalar(lr, dtype)
-            return pack(
-                u.astype(out_dtype(g, p)), new_m.astype(m.dtype), new_v.astype(v.dtype)
-            )
+            return pack(u.astype(out_dtype(g, p)), write(new_m, m), write(new_v, v))
 
         updates, mu, nu = tree_map_unzip(
             _leaf,
@@ -178,6 +178,7 @@ ADOPT.__init__.__doc__ = r"""**Arguments:**
 - `b1`, `b2`: decay rates of the first and second moments, in `[0, 1)`.
 - `eps`: lower bound $\epsilon$ on $\sqrt{v}$ in the normalisation.
 - `state_dtype`: dtype of both moments (Optax's `mu_dtype`); default the param's.
+    An [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"mu"` and `"nu"` each.
     (Static.)
 - `nesterov`: Nesterov momentum. (Static, keyword-only.)
 - `use_clipping`: clip the normalised gradient to $[-c_k, c_k]$. (Static,

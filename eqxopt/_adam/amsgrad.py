@@ -5,7 +5,7 @@ from typing import TYPE_CHECKING
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
@@ -28,8 +28,8 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 from .base import (
     ARG_BETAS,
     ARG_BIAS,
@@ -54,7 +54,7 @@ else:
 class AMSGradState(eqx.Module):
     """State of [`eqxopt.AMSGrad`][] and [`eqxopt.ScaleByAmsgrad`][]: the step count,
     the two moments and the running maximum `nu_max` of the second, one leaf per
-    param.
+    param (each may be quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -73,9 +73,9 @@ class AMSGradState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
-    nu: PyTree[Inexact[Array, "..."]]
-    nu_max: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
+    nu: PyTree[Stored]
+    nu_max: PyTree[Stored]
 
 
 class AbstractAMSGrad(AbstractOptimizer[AMSGradState]):
@@ -91,6 +91,8 @@ class AbstractAMSGrad(AbstractOptimizer[AMSGradState]):
     bias_correction_mu: AbstractVar[bool]
     bias_correction_nu: AbstractVar[bool]
 
+    _state_buffers = {"mu": False, "nu": True, "nu_max": True}
+
     def __check_init__(self):
         check_hyperparams(
             self,
@@ -100,8 +102,12 @@ class AbstractAMSGrad(AbstractOptimizer[AMSGradState]):
         )
 
     def init(self, params: Params) -> AMSGradState:
-        zeros = lambda: zeros_like(params, self.state_dtype)
-        return AMSGradState(zero_count(), zeros(), zeros(), zeros())
+        zeros = lambda name, nonnegative: buffers_like(
+            params, self.state_dtype, name, nonnegative
+        )
+        return AMSGradState(
+            zero_count(), zeros("mu", False), zeros("nu", True), zeros("nu_max", True)
+        )
 
     def update(self, grads: Updates, state: AMSGradState, params=None, **extra):
         finish, _ = descent_of(self, state.count, params)
@@ -114,22 +120,22 @@ class AbstractAMSGrad(AbstractOptimizer[AMSGradState]):
         constants = per_dtype(_constants)  # traced once per update, not once per leaf
 
         def _leaf(g, m, v, v_max, p):
-            dtype = compute_dtype(g.dtype, m.dtype, v.dtype, v_max.dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(m), dtype_of(v), dtype_of(v_max))
             c, eps, eps_root = constants(dtype)
             g32 = g.astype(dtype)
-            m32 = ema(g32, m.astype(dtype), c.b1, c.one_minus_b1)
-            v32 = ema(abs_sq(g32), v.astype(dtype), c.b2, c.one_minus_b2)
+            m32 = ema(g32, read(m, dtype), c.b1, c.one_minus_b1)
+            v32 = ema(abs_sq(g32), read(v, dtype), c.b2, c.one_minus_b2)
             m_hat = m32 / c.correction1 if self.bias_correction_mu else m32
             v_eff = v32 / c.correction2 if self.bias_correction_nu else v32
-            v_max32 = jnp.maximum(v_max.astype(dtype), v_eff)
+            v_max32 = jnp.maximum(read(v_max, dtype), v_eff)
             update = adaptive(m_hat, v_max32, eps, eps_root)
             if finish is not None:
                 update = finish(update, g, p, None)
             return pack(
                 update.astype(out_dtype(g, p)),
-                m32.astype(m.dtype),
-                v32.astype(v.dtype),
-                v_max32.astype(v_max.dtype),
+                write(m32, m),
+                write(v32, v),
+                write(v_max32, v_max),
             )
 
         updates, mu, nu, nu_max = tree_map_unzip(

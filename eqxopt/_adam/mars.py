@@ -2,7 +2,7 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer
@@ -19,15 +19,16 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked
 class MARSState(eqx.Module):
     """State of [`eqxopt.MARS`][]: the step count, the first and second moments
     `exp_avg`, `exp_avg_sq`, and the previous step's gradient `last_grad` (one leaf
-    per param each; the names are the reference's).
+    per param each, possibly quantized: [`eqxopt.Quantized`][]; the names are the
+    reference's).
 
     !!! Example
 
@@ -46,9 +47,13 @@ class MARSState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    exp_avg: PyTree[Inexact[Array, "..."]]
-    exp_avg_sq: PyTree[Inexact[Array, "..."]]
-    last_grad: PyTree[Inexact[Array, "..."]]
+    exp_avg: PyTree[Stored]
+    exp_avg_sq: PyTree[Stored]
+    last_grad: PyTree[Stored]
+
+
+# The buffers, and whether each is non-negative.
+_BUFFERS = {"exp_avg": False, "exp_avg_sq": True, "last_grad": False}
 
 
 class MARS(AbstractOptimizer[MARSState]):
@@ -121,6 +126,8 @@ class MARS(AbstractOptimizer[MARSState]):
     weight_decay_1d: ScalarLike = 0.1
     state_dtype: object = eqx.field(default=None, static=True)
 
+    _state_buffers = _BUFFERS
+
     def __check_init__(self):
         check_hyperparams(
             self,
@@ -136,12 +143,8 @@ class MARS(AbstractOptimizer[MARSState]):
         )
 
     def init(self, params: Params) -> MARSState:
-        return MARSState(
-            zero_count(),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
-        )
+        buffers = (buffers_like(params, self.state_dtype, *b) for b in _BUFFERS.items())
+        return MARSState(zero_count(), *buffers)
 
     def update(self, grads: Updates, state: MARSState, params=None, **extra):
         if not (is_zero(self.weight_decay) and is_zero(self.weight_decay_1d)):
@@ -151,7 +154,7 @@ class MARS(AbstractOptimizer[MARSState]):
         lr_1d = resolve(self.lr_1d, state.count)
 
         def _leaf(g, m, v, last, p):
-            dtype = compute_dtype(g.dtype, m.dtype, v.dtype, last.dtype)
+            dtype = compute_dtype(g.dtype, *map(dtype_of, (m, v, last)))
             g32 = g.astype(dtype)
             t = count.astype(dtype)
             mars = self.optimize_1d or g.ndim == 2
@@ -159,15 +162,15 @@ class MARS(AbstractOptimizer[MARSState]):
                 b1, b2 = scalar(self.b1, dtype), scalar(self.b2, dtype)
                 eta, wd = scalar(lr, dtype), scalar(self.weight_decay, dtype)
                 gamma = scalar(self.gamma, dtype)
-                c = g32 + (gamma * (b1 / (1 - b1))) * (g32 - last.astype(dtype))
+                c = g32 + (gamma * (b1 / (1 - b1))) * (g32 - read(last, dtype))
                 norm = jnp.sqrt(jnp.sum(c * c))
                 c = jnp.where(norm > 1, c / norm, c)
             else:
                 b1, b2 = scalar(self.b1_1d, dtype), scalar(self.b2_1d, dtype)
                 eta, wd = scalar(lr_1d, dtype), scalar(self.weight_decay_1d, dtype)
                 c = g32
-            m32 = b1 * m.astype(dtype) + (1 - b1) * c
-            v32 = b2 * v.astype(dtype) + (1 - b2) * c * c
+            m32 = b1 * read(m, dtype) + (1 - b1) * c
+            v32 = b2 * read(v, dtype) + (1 - b2) * c * c
             bc1, bc2 = 1 - b1**t, 1 - b2**t
             denom = (jnp.sqrt(v32) / jnp.sqrt(bc2) + scalar(self.eps, dtype)) * bc1
             direction = m32 / denom
@@ -175,8 +178,8 @@ class MARS(AbstractOptimizer[MARSState]):
                 direction = direction + wd * p.astype(dtype)
             u = (-eta * direction).astype(out_dtype(g, p))
             # (`last` is split like the moments under `shard_over`; so is its copy.)
-            g_last = sharded_like(g.astype(last.dtype), last)
-            return pack(u, m32.astype(m.dtype), v32.astype(v.dtype), g_last)
+            g_last = write(sharded_like(g, last), last)
+            return pack(u, write(m32, m), write(v32, v), g_last)
 
         updates, exp_avg, exp_avg_sq, last_grad = tree_map_unzip(
             _leaf,
@@ -209,7 +212,9 @@ MARS.__init__.__doc__ = r"""**Arguments:**
     hyperparameters. (Static.)
 - `lr_1d`, `b1_1d`, `b2_1d`, `weight_decay_1d`: the AdamW hyperparameters of the
     leaves that are not 2-D (the reference's `lr_1d`, `betas_1d`, `weight_decay_1d`).
-- `state_dtype`: dtype of the three buffers; default the param's. (Static.)
+- `state_dtype`: dtype of the three buffers; default the param's. An
+    [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"exp_avg"`, `"exp_avg_sq"`
+    and `"last_grad"` each. (Static.)
 
 Weight decay needs `params` in `update`.
 """

@@ -2,7 +2,6 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
@@ -22,15 +21,16 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, plain_dtype, read, Stored, write
 
 
 @typechecked
 class NovogradState(eqx.Module):
     """State of [`eqxopt.Novograd`][] and [`eqxopt.ScaleByNovograd`][]: the step count,
     the first moment `mu` (one leaf per param) and the second moment `nu` (one scalar
-    per param leaf: NovoGrad's second moment is layer-wise).
+    per param leaf: NovoGrad's second moment is layer-wise). A quantized `state_dtype`
+    quantizes `mu` alone.
 
     !!! Example
 
@@ -47,7 +47,7 @@ class NovogradState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
     nu: PyTree[Inexact[Array, ""]]
 
 
@@ -61,8 +61,11 @@ def _check(opt):
 
 
 def _init(opt, params) -> NovogradState:
-    nu = tree_map(lambda p: jnp.zeros((), opt.state_dtype or p.dtype), params)
-    return NovogradState(zero_count(), zeros_like(params, opt.state_dtype), nu)
+    # The layer-wise `nu` mirrors no param: a dtype `state_dtype` only.
+    dtype = plain_dtype(opt.state_dtype)
+    nu = tree_map(lambda p: jnp.zeros((), dtype or p.dtype), params)
+    mu = buffers_like(params, opt.state_dtype, "mu", False)
+    return NovogradState(zero_count(), mu, nu)
 
 
 def _novograd_step(opt, grads, state: NovogradState, params, lr=None):
@@ -87,7 +90,7 @@ def _novograd_step(opt, grads, state: NovogradState, params, lr=None):
     constants = per_dtype(_constants)  # traced once per update, not once per leaf
 
     def _leaf(g, m, n, p):
-        dtype = compute_dtype(g.dtype, m.dtype, n.dtype)
+        dtype = compute_dtype(g.dtype, dtype_of(m), n.dtype)
         b1, b2, one_minus_b2, eps, eps_root, wd, neg_lr = constants(dtype)
         g32 = g.astype(dtype)
         sq_norm = jnp.sum(abs_sq(g32))
@@ -97,11 +100,9 @@ def _novograd_step(opt, grads, state: NovogradState, params, lr=None):
         if decayed:
             d = d + wd * p.astype(dtype)
         # `mu` starts at zero, so the first step's `b1 * mu + d` is `d`, as in Optax.
-        m32 = b1 * m.astype(dtype) + d
+        m32 = b1 * read(m, dtype) + d
         update = m32 if neg_lr is None else m32 * neg_lr
-        return pack(
-            update.astype(out_dtype(g, p)), m32.astype(m.dtype), n32.astype(n.dtype)
-        )
+        return pack(update.astype(out_dtype(g, p)), write(m32, m), n32.astype(n.dtype))
 
     updates, mu, nu = tree_map_unzip(
         _leaf,
@@ -141,7 +142,9 @@ class ScaleByNovograd(AbstractOptimizer[NovogradState]):
     eps: ScalarLike = 1e-8
     eps_root: ScalarLike = 0.0
     weight_decay: ScalarLike = 0.0
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"mu": False}
 
     def __check_init__(self):
         _check(self)
@@ -197,7 +200,9 @@ class Novograd(AbstractOptimizer[NovogradState]):
     eps: ScalarLike = 1e-6
     eps_root: ScalarLike = 0.0
     weight_decay: ScalarLike = 0.0
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+
+    _state_buffers = {"mu": False}
 
     def __check_init__(self):
         _check(self)
@@ -217,17 +222,21 @@ _ARGS = r"""- `b1`: momentum decay $\beta_1$, in `[0, 1)`.
 - `weight_decay`: $\lambda$, added to the normalized gradient (needs `params` unless
     it is `0`).
 """
+_QUANTIZED = """
+    An [`eqxopt.Quantized`][] (or a dict `{"mu": ...}`) quantizes the first moment;
+    the layer-wise second moment then keeps the param's dtype. """
 Novograd.__init__.__doc__ = (
     "**Arguments:**\n\n"
     r"- `learning_rate`: $\eta$; a number, an array, or a schedule `count -> scalar`."
     "\n"
     + _ARGS
-    + "- `state_dtype`: dtype of both moments; default the param's. (Static, "
-    "keyword-only.)\n"
+    + "- `state_dtype`: dtype of both moments; default the param's."
+    + _QUANTIZED
+    + "(Static, keyword-only.)\n"
 )
 ScaleByNovograd.__init__.__doc__ = (
     "**Arguments:**\n\n"
     + _ARGS
     + "- `state_dtype`: dtype of both moments (Optax's `mu_dtype`); default the "
-    "param's. (Static.)\n"
+    "param's." + _QUANTIZED + "(Static.)\n"
 )

@@ -2,7 +2,7 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
@@ -22,14 +22,15 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked
 class SimplifiedAdEMAMixState(eqx.Module):
     """State of [`eqxopt.SimplifiedAdEMAMix`][]: the step count, the (undamped)
-    gradient accumulator `m` and the second moment `n`, one leaf per param.
+    gradient accumulator `m` and the second moment `n`, one leaf per param (each may
+    be quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -48,8 +49,8 @@ class SimplifiedAdEMAMixState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    m: PyTree[Inexact[Array, "..."]]
-    n: PyTree[Inexact[Array, "..."]]
+    m: PyTree[Stored]
+    n: PyTree[Stored]
 
 
 class SimplifiedAdEMAMix(AbstractOptimizer[SimplifiedAdEMAMixState]):
@@ -102,6 +103,8 @@ class SimplifiedAdEMAMix(AbstractOptimizer[SimplifiedAdEMAMixState]):
     mask: FilterSpec | None = mask_field(default=None)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
+    _state_buffers = {"m": False, "n": True}
+
     def __check_init__(self):
         check_hyperparams(
             self,
@@ -112,8 +115,8 @@ class SimplifiedAdEMAMix(AbstractOptimizer[SimplifiedAdEMAMixState]):
     def init(self, params: Params) -> SimplifiedAdEMAMixState:
         return SimplifiedAdEMAMixState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
+            buffers_like(params, self.state_dtype, "m", False),
+            buffers_like(params, self.state_dtype, "n", True),
         )
 
     def update(
@@ -139,21 +142,21 @@ class SimplifiedAdEMAMix(AbstractOptimizer[SimplifiedAdEMAMixState]):
         constants = per_dtype(_constants)
 
         def _leaf(g, m, n, p, selected):
-            dtype = compute_dtype(g.dtype, m.dtype, n.dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(m), dtype_of(n))
             b1, b2, bc2, alpha_, eps, eps_root = constants(dtype)
             g32 = g.astype(dtype)
             g_sq = abs_sq(g32)
-            new_m = g32 + b1 * m.astype(dtype)
+            new_m = g32 + b1 * read(m, dtype)
             # Optax's form: lerp(b2, g^2, n) = g^2 + b2 (n - g^2).
-            new_n = g_sq + b2 * (n.astype(dtype) - g_sq)
+            new_n = g_sq + b2 * (read(n, dtype) - g_sq)
             direction = (new_m + alpha_ * g32) / (
                 jnp.sqrt(new_n / bc2 + eps_root) + eps
             )
             update = finish(direction, g, p, selected)
             return pack(
                 update.astype(out_dtype(g, p)),
-                new_m.astype(m.dtype),
-                new_n.astype(n.dtype),
+                write(new_m, m),
+                write(new_n, n),
             )
 
         updates, m, n = tree_map_unzip(
@@ -178,6 +181,7 @@ SimplifiedAdEMAMix.__init__.__doc__ = r"""**Arguments:**
 - `eps`, `eps_root`: $\epsilon$ outside and $\bar\epsilon$ inside the root.
 - `weight_decay`: $\lambda$ (multiplied by the learning rate).
 - `mask`: which leaves are decayed, as a filter spec; default all.
-- `state_dtype`: dtype of both buffers; default the param's. (Static,
-    keyword-only; Optax's `simplified_ademamix` has no such option.)
+- `state_dtype`: dtype of both buffers; default the param's. An
+    [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"m"` and `"n"` each.
+    (Static, keyword-only; Optax's `simplified_ademamix` has no such option.)
 """

@@ -2,8 +2,7 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer
@@ -21,15 +20,16 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked
 class AdadeltaState(eqx.Module):
     """State of [`eqxopt.Adadelta`][] and [`eqxopt.ScaleByAdadelta`][]: the step
     count and the running averages of the squared gradients (`e_g`) and of the squared
-    updates (`e_x`), one leaf per param.
+    updates (`e_x`), one leaf per param (each may be quantized:
+    [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -46,27 +46,26 @@ class AdadeltaState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    e_g: PyTree[Inexact[Array, "..."]]
-    e_x: PyTree[Inexact[Array, "..."]]
+    e_g: PyTree[Stored]
+    e_x: PyTree[Stored]
 
 
 def _adadelta(opt, grads, state: AdadeltaState, params, lr, wd, mask):
     """One Adadelta step. `lr` is `None` for the bare direction (no sign flip)."""
 
     def _leaf(g, e_g, e_x, p, selected):
-        dtype = compute_dtype(g.dtype, e_g.dtype, e_x.dtype)
+        dtype = compute_dtype(g.dtype, dtype_of(e_g), dtype_of(e_x))
         g32 = g.astype(dtype)
         if wd is not None and selected is not False:
             g32 = g32 + scalar(wd, dtype) * p.astype(dtype)
         rho, eps = scalar(opt.rho, dtype), scalar(opt.eps, dtype)
-        e_g32 = (1 - rho) * abs_sq(g32) + rho * e_g.astype(dtype)
-        u = jnp.sqrt(e_x.astype(dtype) + eps) / jnp.sqrt(e_g32 + eps) * g32
-        e_x32 = (1 - rho) * abs_sq(u) + rho * e_x.astype(dtype)
+        e_x_old = read(e_x, dtype)
+        e_g32 = (1 - rho) * abs_sq(g32) + rho * read(e_g, dtype)
+        u = jnp.sqrt(e_x_old + eps) / jnp.sqrt(e_g32 + eps) * g32
+        e_x32 = (1 - rho) * abs_sq(u) + rho * e_x_old
         if lr is not None:
             u = u * -scalar(lr, dtype)
-        return pack(
-            u.astype(out_dtype(g, p)), e_g32.astype(e_g.dtype), e_x32.astype(e_x.dtype)
-        )
+        return pack(u.astype(out_dtype(g, p)), write(e_g32, e_g), write(e_x32, e_x))
 
     updates, e_g, e_x = tree_map_unzip(
         _leaf,
@@ -84,8 +83,8 @@ def _adadelta(opt, grads, state: AdadeltaState, params, lr, wd, mask):
 def _init(opt, params) -> AdadeltaState:
     return AdadeltaState(
         zero_count(),
-        zeros_like(params, opt.state_dtype),
-        zeros_like(params, opt.state_dtype),
+        buffers_like(params, opt.state_dtype, "e_g", True),
+        buffers_like(params, opt.state_dtype, "e_x", True),
     )
 
 
@@ -113,7 +112,9 @@ class ScaleByAdadelta(AbstractOptimizer[AdadeltaState]):
 
     rho: ScalarLike = 0.9
     eps: ScalarLike = 1e-6
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"e_g": True, "e_x": True}
 
     def __check_init__(self):
         check_hyperparams(self, nonnegative=("eps",), unit_interval=("rho",))
@@ -171,7 +172,9 @@ class Adadelta(AbstractOptimizer[AdadeltaState]):
     eps: ScalarLike = 1e-6
     weight_decay: ScalarOrSchedule = 0.0
     weight_decay_mask: FilterSpec | None = mask_field(default=None)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"e_g": True, "e_x": True}
 
     def __check_init__(self):
         check_hyperparams(
@@ -207,11 +210,15 @@ Adadelta.__init__.__doc__ = r"""**Arguments:**
 - `weight_decay`: coupled weight decay $\lambda$ (added to the gradient), a number or
     a schedule; default `0`.
 - `weight_decay_mask`: which leaves are decayed, as a filter spec; default all.
-- `state_dtype`: dtype of both running averages; default the param's. (Static.)
+- `state_dtype`: dtype of both running averages; default the param's. An
+    [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"e_g"` and `"e_x"` each.
+    (Static.)
 """
 ScaleByAdadelta.__init__.__doc__ = r"""**Arguments:**
 
 - `rho`: decay rate of both running averages, in `[0, 1)`.
 - `eps`: added inside both square roots.
-- `state_dtype`: dtype of both running averages; default the param's. (Static.)
+- `state_dtype`: dtype of both running averages; default the param's. An
+    [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"e_g"` and `"e_x"` each.
+    (Static.)
 """

@@ -26,9 +26,9 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
     zeros_like_leaf,
 )
+from .._quantized import buffers_like, dtype_of, plain_dtype, read, Stored, write
 
 
 @typechecked
@@ -41,7 +41,8 @@ class AdafactorState(eqx.Module):
       largest, axis), `None` for the other leaves.
     - `v`: the full second moment of each leaf that is not factored, `None` for the
       factored ones.
-    - `momentum`: the momentum buffer, one leaf per param (`None` without momentum).
+    - `momentum`: the momentum buffer, one leaf per param (`None` without momentum;
+      it may be quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -62,7 +63,7 @@ class AdafactorState(eqx.Module):
     v_row: PyTree[Inexact[Array, "..."]]
     v_col: PyTree[Inexact[Array, "..."]]
     v: PyTree[Inexact[Array, "..."]]
-    momentum: PyTree[Inexact[Array, "..."]] | None
+    momentum: PyTree[Stored] | None
 
 
 def _factored_dims(shape, factored: bool, min_dim_size_to_factor: int):
@@ -78,7 +79,8 @@ def _factored_dims(shape, factored: bool, min_dim_size_to_factor: int):
 
 def _init(params, factored, min_dim, state_dtype, momentum) -> AdafactorState:
     def _leaf(p):
-        dtype = state_dtype or p.dtype
+        # The second moments mirror no param (but an unfactored one): a dtype only.
+        dtype = plain_dtype(state_dtype) or p.dtype
         dims = _factored_dims(p.shape, factored, min_dim)
         if dims is None:
             return pack(None, None, zeros_like_leaf(p, dtype))
@@ -89,7 +91,7 @@ def _init(params, factored, min_dim, state_dtype, momentum) -> AdafactorState:
 
     v_row, v_col, v = tree_map_unzip(_leaf, 3, params, names=("params",))
     if momentum is not None:
-        momentum = zeros_like(params, state_dtype)
+        momentum = buffers_like(params, state_dtype, "momentum", False)
     return AdafactorState(zero_count(), v_row, v_col, v, momentum)
 
 
@@ -123,7 +125,7 @@ def _rms(x: Array) -> Array:
 
 
 def _cast(x, like):
-    return None if like is None else x.astype(like.dtype)
+    return None if like is None else write(x, like)
 
 
 def _adafactor_step(
@@ -156,7 +158,7 @@ def _adafactor_step(
     constants = per_dtype(_constants)  # traced once per update, not once per leaf
 
     def _leaf(g, v_row, v_col, v, m, p, selected):
-        dtypes = [x.dtype for x in (g, v_row, v_col, v, m, p) if x is not None]
+        dtypes = [dtype_of(x) for x in (g, v_row, v_col, v, m, p) if x is not None]
         dtype = compute_dtype(*dtypes)
         dims = _factored_dims(g.shape, factored, min_dim)
         u, new_row, new_col, new_v = _factored_rms(
@@ -169,7 +171,7 @@ def _adafactor_step(
         )
         new_m = None
         if finish is not None:
-            u, new_m = finish(u, g, p, None if m is None else m.astype(dtype), selected)
+            u, new_m = finish(u, g, p, None if m is None else read(m, dtype), selected)
         return pack(
             u.astype(out_dtype(g, p)),
             _cast(new_row, v_row),
@@ -339,11 +341,14 @@ class Adafactor(AbstractOptimizer[AdafactorState]):
     multiply_by_parameter_scale: bool = eqx.field(default=True, static=True)
     clipping_threshold: ScalarLike | None = 1.0
     momentum: ScalarLike | None = None
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
     weight_decay_rate: ScalarOrSchedule | None = None
     eps: ScalarLike = 1e-30
     factored: bool = eqx.field(default=True, static=True)
     weight_decay_mask: FilterSpec | None = mask_field(default=None)
+
+    def _param_buffers(self) -> dict[str, bool]:
+        return {} if self.momentum is None else {"momentum": False}
 
     def __check_init__(self):
         check_hyperparams(
@@ -438,7 +443,9 @@ Adafactor.__init__.__doc__ = r"""**Arguments:**
     disables clipping.
 - `momentum`: $\beta_1$ in `[0, 1)`, or `None` (default) for no momentum buffer.
 - `state_dtype`: dtype of every buffer; default the param's (Optax's
-    `dtype_momentum`, which defaults to float32 and sets only the momentum). (Static.)
+    `dtype_momentum`, which defaults to float32 and sets only the momentum). An
+    [`eqxopt.Quantized`][] (or a dict `{"momentum": ...}`) quantizes the momentum;
+    the second moments then keep the param's dtype. (Static.)
 - `weight_decay_rate`: $\lambda$; a number, a schedule, or `None` for none. Not
     multiplied by the learning rate.
 - `eps`: $\epsilon$, added to the squared gradients.

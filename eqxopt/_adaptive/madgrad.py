@@ -21,15 +21,16 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked
 class MadgradState(eqx.Module):
     """State of [`eqxopt.Madgrad`][]: the step count and, one leaf per param, the
     weighted sums `grad_sum_sq` of squared gradients and `s` of gradients, and the
-    initial params `x0`.
+    initial params `x0` (in the params' dtypes; the sums may be quantized:
+    [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -49,8 +50,8 @@ class MadgradState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    grad_sum_sq: PyTree[Inexact[Array, "..."]]
-    s: PyTree[Inexact[Array, "..."]]
+    grad_sum_sq: PyTree[Stored]
+    s: PyTree[Stored]
     x0: PyTree[Inexact[Array, "..."]]
 
 
@@ -99,6 +100,8 @@ class Madgrad(AbstractOptimizer[MadgradState]):
     eps: ScalarLike = 1e-6
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
+    _state_buffers = {"grad_sum_sq": True, "s": False}
+
     def __check_init__(self):
         check_hyperparams(
             self,
@@ -109,8 +112,8 @@ class Madgrad(AbstractOptimizer[MadgradState]):
     def init(self, params: Params) -> MadgradState:
         return MadgradState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
+            buffers_like(params, self.state_dtype, "grad_sum_sq", True),
+            buffers_like(params, self.state_dtype, "s", False),
             # A copy, not the params' own buffers, so that (params, state) can be
             # donated to a jitted step.
             tree_map(lambda p: jnp.array(p, copy=True), params),
@@ -128,19 +131,19 @@ class Madgrad(AbstractOptimizer[MadgradState]):
         constants = per_dtype(_constants)
 
         def _leaf(g, G, s, x0, p):
-            dtype = compute_dtype(g.dtype, G.dtype, s.dtype, x0.dtype, p.dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(G), dtype_of(s), x0.dtype, p.dtype)
             lamb, eps, momentum = constants(dtype)
             p32 = p.astype(dtype)
             g32 = add_decay(g.astype(dtype), p32, self.weight_decay, None)
-            new_G = G.astype(dtype) + lamb * abs_sq(g32)
-            new_s = s.astype(dtype) + lamb * g32
+            new_G = read(G, dtype) + lamb * abs_sq(g32)
+            new_s = read(s, dtype) + lamb * g32
             # G sums |g|^2: real, also where its state is complex-typed.
             z = x0.astype(dtype) - new_s / (jnp.cbrt(jnp.real(new_G)) + eps)
             new_p = (1 - momentum) * z + momentum * p32
             return pack(
                 (new_p - p32).astype(out_dtype(g, p)),
-                new_G.astype(G.dtype),
-                new_s.astype(s.dtype),
+                write(new_G, G),
+                write(new_s, s),
             )
 
         updates, grad_sum_sq, s = tree_map_unzip(
@@ -162,6 +165,7 @@ Madgrad.__init__.__doc__ = r"""**Arguments:**
 - `momentum`: $\mu$, in `[0, 1)`.
 - `weight_decay`: $w$, an L2 penalty added to the gradients.
 - `eps`: $\epsilon$, added to the learning rate and to the cube root.
-- `state_dtype`: dtype of the two sums; default the param's. (Static, keyword-only;
-    Optax's `madgrad` has no such option.)
+- `state_dtype`: dtype of the two sums; default the param's. An
+    [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"grad_sum_sq"` and `"s"`
+    each. (Static, keyword-only; Optax's `madgrad` has no such option.)
 """

@@ -5,7 +5,6 @@ import functools as ft
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jax.typing import DTypeLike
 from jaxtyping import Array, Inexact, Int32, PyTree
 
 from .._checks import check_hyperparams
@@ -25,9 +24,9 @@ from .._misc import (
     tree_map,
     typechecked,
     zero_count,
-    zeros_like,
     zeros_like_leaf,
 )
+from .._quantized import buffers_like, plain_dtype, read, Stored, write
 
 
 @typechecked
@@ -35,7 +34,7 @@ class SM3State(eqx.Module):
     """State of [`eqxopt.SM3`][] and [`eqxopt.ScaleBySM3`][]: the step count; per
     param, a tuple `mu` of accumulators, one vector per axis (a leaf of rank 0 or 1
     has one accumulator of its own shape); and the momentum buffer `nu` (`None`
-    without momentum).
+    without momentum; it may be quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -53,11 +52,12 @@ class SM3State(eqx.Module):
 
     count: Int32[Array, ""]
     mu: PyTree[Inexact[Array, "..."]]
-    nu: PyTree[Inexact[Array, "..."]] | None
+    nu: PyTree[Stored] | None
 
 
 def _accumulators(p, state_dtype):
-    dtype = real_dtype(state_dtype or p.dtype)
+    # The accumulators mirror no param (but a 0-d or 1-d one): a dtype `state_dtype`.
+    dtype = real_dtype(plain_dtype(state_dtype) or p.dtype)
     if p.ndim <= 1:
         return (zeros_like_leaf(p, dtype),)
     return tuple(jnp.zeros((n,), dtype) for n in p.shape)
@@ -92,8 +92,8 @@ def _sm3(opt, grads, state: SM3State, params, b1, lr):
         u = g32 * inv.astype(dtype)
         if nu is not None:
             b1_ = scalar(b1, dtype)
-            u = (1 - b1_) * u + b1_ * nu.astype(dtype)
-            new_nu = u.astype(nu.dtype)
+            u = (1 - b1_) * u + b1_ * read(nu, dtype)
+            new_nu = write(u, nu)
         else:
             new_nu = None
         if g.ndim <= 1:
@@ -143,8 +143,17 @@ def _sm3(opt, grads, state: SM3State, params, b1, lr):
 
 def _init(opt, params) -> SM3State:
     mu = tree_map(lambda p: _accumulators(p, opt.state_dtype), params)
-    nu = None if opt._momentum() is None else zeros_like(params, opt.state_dtype)
+    nu = (
+        None
+        if opt._momentum() is None
+        else buffers_like(params, opt.state_dtype, "nu", False)
+    )
     return SM3State(zero_count(), mu, nu)
+
+
+def _buffers(opt) -> dict[str, bool]:
+    # The momentum, if any, mirrors the params.
+    return {} if opt._momentum() is None else {"nu": False}
 
 
 class ScaleBySM3(AbstractOptimizer[SM3State]):
@@ -170,7 +179,7 @@ class ScaleBySM3(AbstractOptimizer[SM3State]):
     b1: ScalarLike | None = 0.9
     b2: ScalarLike = 1.0
     eps: ScalarLike = 1e-8
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(
@@ -182,6 +191,9 @@ class ScaleBySM3(AbstractOptimizer[SM3State]):
 
     def _momentum(self):
         return self.b1
+
+    def _param_buffers(self) -> dict[str, bool]:
+        return _buffers(self)
 
     def init(self, params: Params) -> SM3State:
         return _init(self, params)
@@ -234,7 +246,7 @@ class SM3(AbstractOptimizer[SM3State]):
 
     learning_rate: ScalarOrSchedule
     momentum: ScalarLike | None = 0.9
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
 
     b2 = 1.0
     eps = 1e-8
@@ -246,6 +258,9 @@ class SM3(AbstractOptimizer[SM3State]):
 
     def _momentum(self):
         return self.momentum
+
+    def _param_buffers(self) -> dict[str, bool]:
+        return _buffers(self)
 
     def init(self, params: Params) -> SM3State:
         return _init(self, params)
@@ -261,7 +276,8 @@ SM3.__init__.__doc__ = r"""**Arguments:**
 - `momentum`: decay rate $\beta$ of the momentum, in `[0, 1)`, or `None` for no
     momentum buffer.
 - `state_dtype`: dtype of the accumulators and the momentum; default the param's.
-    (Static.)
+    An [`eqxopt.Quantized`][] (or a dict `{"nu": ...}`) quantizes the momentum; the
+    accumulators then keep the param's dtype. (Static.)
 """
 ScaleBySM3.__init__.__doc__ = r"""**Arguments:**
 
@@ -269,5 +285,6 @@ ScaleBySM3.__init__.__doc__ = r"""**Arguments:**
 - `b2`: decay rate of the accumulators, in `[0, 1]`; `1` (default) sums them.
 - `eps`: added inside the square root.
 - `state_dtype`: dtype of the accumulators and the momentum; default the param's.
-    (Static.)
+    An [`eqxopt.Quantized`][] (or a dict `{"nu": ...}`) quantizes the momentum; the
+    accumulators then keep the param's dtype. (Static.)
 """

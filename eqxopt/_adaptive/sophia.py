@@ -33,6 +33,7 @@ from .._misc import (
     zero_count,
     zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 from .._random import pack_key, unpack_key
 
 
@@ -164,8 +165,8 @@ HutchinsonEstimatorDiagHessian.__init__.__doc__ = r"""**Arguments:**
 @typechecked
 class SophiaState(eqx.Module):
     """State of [`eqxopt.Sophia`][]: the step count, the momentum `mu` and the EMA of
-    the Hessian-diagonal estimates `nu` (one leaf per param), and the state of the
-    Hessian-diagonal estimator.
+    the Hessian-diagonal estimates `nu` (one leaf per param; `mu` may be quantized:
+    [`eqxopt.Quantized`][]), and the state of the Hessian-diagonal estimator.
 
     !!! Example
 
@@ -182,7 +183,7 @@ class SophiaState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
     nu: PyTree[Inexact[Array, "..."]]
     hessian_fn_state: Any
 
@@ -250,6 +251,8 @@ class Sophia(AbstractOptimizer[SophiaState]):
     verbose: bool = eqx.field(default=False, static=True)
     print_win_rate_every_n_steps: int = eqx.field(default=0, static=True)
 
+    _state_buffers = {"mu": False}  # (`nu` is in the params' dtypes)
+
     def __check_init__(self):
         check_hyperparams(
             self,
@@ -273,7 +276,7 @@ class Sophia(AbstractOptimizer[SophiaState]):
     def init(self, params: Params) -> SophiaState:
         return SophiaState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
+            buffers_like(params, self.state_dtype, "mu", False),
             zeros_like(params),
             self._hessian_fn().init(params),
         )
@@ -287,9 +290,9 @@ class Sophia(AbstractOptimizer[SophiaState]):
         mask = decay_mask(self.weight_decay_mask, params)
 
         def _leaf(g, m, h, p, selected):
-            dtype = compute_dtype(g.dtype, m.dtype, h.dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(m), h.dtype)
             b1 = scalar(self.b1, dtype)
-            m32 = (1 - b1) * g.astype(dtype) + b1 * m.astype(dtype)
+            m32 = (1 - b1) * g.astype(dtype) + b1 * read(m, dtype)
             m_hat = m32 / (1 - b1 ** count.astype(dtype))
             denom = jnp.maximum(
                 scalar(self.gamma, dtype) * h.astype(dtype), scalar(self.eps, dtype)
@@ -299,7 +302,7 @@ class Sophia(AbstractOptimizer[SophiaState]):
                 c = scalar(self.clip_threshold, dtype)
                 d = jnp.clip(d, -c, c)
             u = finish(d, g, p, selected)
-            return pack(u.astype(out_dtype(g, p)), m32.astype(m.dtype), d)
+            return pack(u.astype(out_dtype(g, p)), write(m32, m), d)
 
         updates, mu, directions = tree_map_unzip(
             _leaf,
@@ -376,7 +379,7 @@ Sophia.__init__.__doc__ = r"""**Arguments:**
     **extra)` returns the Hessian-diagonal estimate; default
     [`eqxopt.HutchinsonEstimatorDiagHessian`][]`()` (needs `obj_fn=`).
 - `state_dtype`: dtype of the momentum (Optax's `mu_dtype`); default the param's.
-    (Static.)
+    An [`eqxopt.Quantized`][] (or a dict `{"mu": ...}`) quantizes it. (Static.)
 - `verbose`, `print_win_rate_every_n_steps`: print the fraction of unclipped entries
     every `n` steps (`jax.debug.print`); `0` turns it off. (Static.)
 """

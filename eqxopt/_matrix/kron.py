@@ -32,7 +32,15 @@ from .._misc import (
     scalar,
     typechecked,
     zero_count,
-    zeros_like_leaf,
+)
+from .._quantized import (
+    dtype_of,
+    new_buffer,
+    plain_dtype,
+    read,
+    storage_of,
+    Stored,
+    write,
 )
 from .._random import check_key, pack_key, unpack_key
 from ..schedules import AbstractSchedule
@@ -116,7 +124,8 @@ PrecondUpdateProbSchedule.__init__.__doc__ = """**Arguments:**
 @typechecked
 class KronState(eqx.Module):
     """State of [`eqxopt.Kron`][]: the step count, the momentum (`mu`; `None`
-    everywhere when `b1=0`), the Kronecker factors (`Qs`: per param leaf a list with
+    everywhere when `b1=0`; [`eqxopt.QuantizedArray`][]s with a quantized
+    `state_dtype`), the Kronecker factors (`Qs`: per param leaf a list with
     one factor per axis, an upper-triangular matrix or a diagonal stored as a vector;
     one scalar for a 0-d leaf), the counter of updates since the last preconditioner
     update, and the PRNG key.
@@ -143,7 +152,7 @@ class KronState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
     Qs: PyTree[Inexact[Array, "..."]]
     update_counter: Int32[Array, ""]
     key_data: Int32[Array, "..."]
@@ -393,7 +402,8 @@ class Kron(AbstractOptimizer[KronState]):
       (psgd-jax: in the gradient's dtype; the same numbers for float32 and float64
       gradients), the balancing coin in float32.
     - The momentum is stored in the param's dtype (or `state_dtype`, psgd-jax's
-      `mu_dtype`); updates come back in the param's dtype.
+      `mu_dtype`, which may also quantize it: [`eqxopt.Quantized`][]); updates come
+      back in the param's dtype.
     - The schedule for `preconditioner_update_probability` is called with the number
       of updates already applied, as every eqxopt schedule; psgd-jax calls it with
       that number plus one. The default schedule compensates (see
@@ -491,6 +501,8 @@ class Kron(AbstractOptimizer[KronState]):
             )
         for name in ("state_dtype", "precond_dtype"):
             dtype = getattr(self, name)
+            if name == "state_dtype" and plain_dtype(dtype) is None:
+                continue  # quantized or per-buffer: checked against the buffers
             try:
                 ok = dtype is None or jnp.issubdtype(dtype, jnp.inexact)
             except TypeError:
@@ -548,12 +560,16 @@ class Kron(AbstractOptimizer[KronState]):
     def _has_mu(self) -> bool:
         return not (isinstance(self.b1, (int, float)) and self.b1 == 0)
 
+    def _param_buffers(self) -> dict[str, bool]:
+        return {"mu": False} if self._has_mu() else {}
+
     # -- protocol --------------------------------------------------------------------
 
     def init(self, params: Params) -> KronState:
         leaves, treedef, facts = self._leaves(params)
+        storage = storage_of(self.state_dtype, "mu")
         mu = [
-            zeros_like_leaf(p, self.state_dtype or p.dtype)
+            new_buffer(p, 0, storage, False)
             if f is not None and self._has_mu()
             else None
             for p, f in zip(leaves, facts)
@@ -670,7 +686,7 @@ class Kron(AbstractOptimizer[KronState]):
         mus = [mu_leaves[i] for i in idx]
         qs_ = [list(q_leaves[i]) for i in idx]
         dtypes = [
-            compute_dtype(g.dtype, q[0].dtype, *([] if m is None else [m.dtype]))
+            compute_dtype(g.dtype, q[0].dtype, *([] if m is None else [dtype_of(m)]))
             for g, m, q in zip(grads_, mus, qs_)
         ]
         return _Work(
@@ -698,8 +714,8 @@ class Kron(AbstractOptimizer[KronState]):
                 mom.append(g32)
                 continue
             b1 = scalar(self.b1, dt)
-            m32 = b1 * m.astype(dt) + (1 - b1) * g32
-            new_mu.append(m32.astype(m.dtype))
+            m32 = b1 * read(m, dt) + (1 - b1) * g32
+            new_mu.append(write(m32, m))
             mom.append(m32 / (1 - b1 ** count.astype(dt)))
         return new_mu, mom, raw
 
@@ -827,7 +843,7 @@ Kron.__init__.__doc__ = r"""**Arguments:**
 - `preconditioner_init_scale`: the initial preconditioner is this times the
     identity; default `1.0`. (Static.)
 - `state_dtype`: dtype of the momentum (psgd-jax's `mu_dtype`); default the param's.
-    (Static.)
+    An [`eqxopt.Quantized`][] (or a dict `{"mu": ...}`) quantizes it. (Static.)
 - `precond_dtype`: dtype of the factors; default the param's (psgd-jax: float32;
     pass `jnp.float32` for low-precision params). (Static.)
 - `precond_update_precision`, `precond_grads_precision`: matmul precision

@@ -12,7 +12,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jax.experimental.shard_alike import shard_alike
 from jax.sharding import NamedSharding
-from jaxtyping import Array, Float, Inexact, Int32, PyTree
+from jaxtyping import Array, Float, Int32, PyTree
 
 from .._adam.adam import AdamW
 from .._checks import check_hyperparams
@@ -34,7 +34,15 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like_leaf,
+)
+from .._quantized import (
+    dtype_of,
+    new_buffer,
+    plain_dtype,
+    read,
+    storage_of,
+    Stored,
+    write,
 )
 from .linalg import (
     check_dimension_numbers,
@@ -321,8 +329,9 @@ def _is_input(x) -> bool:
 @typechecked
 class MuonState(eqx.Module):
     """State of [`eqxopt.Muon`][]: the step count, the momentum buffers (`mu`, a leaf
-    per Muon leaf, `None` elsewhere), the Newton-Schulz coefficients (one `(a, b, c)`
-    row per iteration), and the fallback optimizer's state.
+    per Muon leaf, `None` elsewhere; [`eqxopt.QuantizedArray`][]s with a quantized
+    `state_dtype`), the Newton-Schulz coefficients (one `(a, b, c)` row per
+    iteration), and the fallback optimizer's state.
 
     !!! Example
 
@@ -341,7 +350,7 @@ class MuonState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
     ns_coeffs: Float[Array, "ns_steps 3"]
     fallback_state: PyTree[Any]
 
@@ -382,7 +391,7 @@ class NorMuonState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
     nu: PyTree[Float[Array, "..."]]
     ns_coeffs: Float[Array, "ns_steps 3"]
     fallback_state: PyTree[Any]
@@ -410,6 +419,9 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
     matrix_mask: AbstractVar[FilterSpec | None]
     state_dtype: AbstractVar[Any]
     spread: AbstractVar[bool | str | tuple[str, ...]]
+
+    # The momentum mirrors the Muon leaves (NorMuon's row moments mirror no param).
+    _state_buffers = {"mu": False}
 
     def __check_init__(self):
         name = type(self).__name__
@@ -501,20 +513,22 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
         leaves, treedef = jtu.tree_flatten(params, is_leaf=is_none)
         view_tree, fb_mask = self._route(params)
         views = treedef.flatten_up_to(view_tree)
-        dtype_of = lambda p: self.state_dtype or p.dtype
+        storage = storage_of(self.state_dtype, "mu")
         mu = [
-            None if v is None else zeros_like_leaf(p, dtype_of(p))
+            None if v is None else new_buffer(p, 0, storage, False)
             for p, v in zip(leaves, views)
         ]
+        # The row moments mirror no param: a dtype `state_dtype` only.
+        plain = plain_dtype(self.state_dtype)
         nu = [
-            None if v is None else jnp.zeros(v.rows.shape, real_dtype(dtype_of(p)))
+            None if v is None else jnp.zeros(v.rows.shape, real_dtype(plain or p.dtype))
             for p, v in zip(leaves, views)
         ]
         # The coefficients are stored no wider than the widest Muon param (or
         # `state_dtype`): API rule 8. They are cast to the iteration's dtype when used.
         dtypes = [p.dtype for p, v in zip(leaves, views) if v is not None]
         dtypes = dtypes or [p.dtype for p in leaves if is_param(p)]
-        dtypes += [] if self.state_dtype is None else [jnp.dtype(self.state_dtype)]
+        dtypes += [] if plain is None else [jnp.dtype(plain)]
         if dtypes:
             with jax.numpy_dtype_promotion("standard"):
                 dtype = real_dtype(jnp.result_type(*dtypes))
@@ -574,12 +588,12 @@ class _AbstractMuon(AbstractOptimizer[_State], Generic[_State]):
                 )
             if view is None:
                 return pack(None, None)
-            dtype = compute_dtype(g.dtype, m.dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(m))
             mom = scalar(self.momentum, dtype)
             g32 = g.astype(dtype)
-            m32 = mom * m.astype(dtype) + (1 - mom) * g32
+            m32 = mom * read(m, dtype) + (1 - mom) * g32
             v = (1 - mom) * g32 + mom * m32 if self.nesterov else m32
-            return pack(m32.astype(m.dtype), _Input(v, view))
+            return pack(write(m32, m), _Input(v, view))
 
         names = ("grads", "state.mu", "matrix_mask")
         return tree_map_unzip(leaf, 2, grads, state.mu, views, names=names)
@@ -833,7 +847,9 @@ Muon.__init__.__doc__ = r"""**Arguments:**
     of rank > 2 orthogonalizes its last two axes `(out, in)`, batching over the
     others. Default: the 2-D leaves.
 - `state_dtype`: dtype of the momentum buffers (and of the default fallback's
-    moments); default the param's. (Static.)
+    moments); default the param's. An [`eqxopt.Quantized`][] (or a dict
+    `{"mu": ...}`) quantizes the momentum, and is passed on to the default fallback;
+    the coefficients then stay in the params' dtype. (Static.)
 - `spread`: under `jit` with params on a mesh, how the devices share the per-matrix
     work (Newton-Schulz): `True` (default) stacks same-shape matrices and splits the
     stacks over every mesh axis (each device computes its share, the results are
@@ -986,6 +1002,8 @@ NorMuon.__init__.__doc__ = r"""**Arguments:**
 - `norm_eps`: $\epsilon_2$, added to $\sqrt{v}$ and to the norm in the rescaling;
     default `1e-10` (the reference's).
 - `state_dtype`: dtype of the momentum and row-moment buffers (and of the default
-    fallback's moments); default the param's. (Static.)
+    fallback's moments); default the param's. An [`eqxopt.Quantized`][] (or a dict
+    `{"mu": ...}`) quantizes the momentum as for [`eqxopt.Muon`][]; the row moments
+    then stay in the params' dtype. (Static.)
 - `spread`: as for [`eqxopt.Muon`][]. (Static.)
 """

@@ -7,7 +7,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jaxtyping import Array, Float, Inexact, Int32, PyTree
+from jaxtyping import Array, Float, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer
@@ -23,7 +23,15 @@ from .._misc import (
     sharded_like,
     typechecked,
     zero_count,
-    zeros_like_leaf,
+)
+from .._quantized import (
+    dtype_of,
+    new_buffer,
+    plain_dtype,
+    read,
+    storage_of,
+    Stored,
+    write,
 )
 from .linalg import (
     BlockPartition,
@@ -74,7 +82,8 @@ class ShampooState(eqx.Module):
     - `diagonal_statistics`: the grafting optimizer's accumulator (AdaGrad/RMSProp
         grafting only, else `None`), one leaf per param;
     - `diagonal_momentum`, `momentum`: the momenta of the grafting and the Shampoo
-        updates, one leaf per param.
+        updates, one leaf per param (these three may be quantized:
+        [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -94,9 +103,9 @@ class ShampooState(eqx.Module):
     count: Int32[Array, ""]
     statistics: PyTree[Float[Array, "_ _"]]
     preconditioners: PyTree[Float[Array, "_ _"]]
-    diagonal_statistics: PyTree[Inexact[Array, "..."]]
-    diagonal_momentum: PyTree[Inexact[Array, "..."]]
-    momentum: PyTree[Inexact[Array, "..."]]
+    diagonal_statistics: PyTree[Stored]
+    diagonal_momentum: PyTree[Stored]
+    momentum: PyTree[Stored]
 
 
 class _Layout:
@@ -307,6 +316,8 @@ class Shampoo(AbstractOptimizer[ShampooState]):
                 )
         for name in ("precond_dtype", "state_dtype", "root_dtype"):
             value = getattr(self, name)
+            if name == "state_dtype" and plain_dtype(value) is None:
+                continue  # quantized or per-buffer: checked against the buffers
             try:
                 ok = value is None or jnp.issubdtype(value, jnp.floating)
             except TypeError:
@@ -329,9 +340,14 @@ class Shampoo(AbstractOptimizer[ShampooState]):
     def _has_diagonal(self) -> bool:
         return self.graft_type not in ("sgd", "sqrt_n")
 
+    def _param_buffers(self) -> dict[str, bool]:
+        diagonal = {"diagonal_statistics": True} if self._has_diagonal() else {}
+        return diagonal | {"diagonal_momentum": False, "momentum": False}
+
     def _pdtype(self, p):
         # dtype rule 8: no state buffer wider than the params (or `state_dtype`).
-        return jnp.dtype(self.precond_dtype or self.state_dtype or p.dtype)
+        plain = plain_dtype(self.state_dtype)
+        return jnp.dtype(self.precond_dtype or plain or p.dtype)
 
     real_only = (
         "its preconditioners are inverse roots of real symmetric statistics, as in "
@@ -346,7 +362,6 @@ class Shampoo(AbstractOptimizer[ShampooState]):
                 for lst in (stats, precs, diag, dmom, mom):
                     lst.append(None)
                 continue
-            sdtype = self.state_dtype or p.dtype
             layout = _Layout(self, tuple(p.shape))
             if layout.skip:
                 stats.append(None)
@@ -357,9 +372,14 @@ class Shampoo(AbstractOptimizer[ShampooState]):
                 sizes = layout.factor_sizes()
                 stats.append(tuple(eps * jnp.eye(d, dtype=dtype) for d in sizes))
                 precs.append(tuple(jnp.eye(d, dtype=dtype) for d in sizes))
-            diag.append(zeros_like_leaf(p, sdtype) if self._has_diagonal() else None)
-            dmom.append(zeros_like_leaf(p, sdtype))
-            mom.append(zeros_like_leaf(p, sdtype))
+            buffer = lambda name, nonnegative: new_buffer(
+                p, 0, storage_of(self.state_dtype, name), nonnegative
+            )
+            diag.append(
+                buffer("diagonal_statistics", True) if self._has_diagonal() else None
+            )
+            dmom.append(buffer("diagonal_momentum", False))
+            mom.append(buffer("momentum", False))
         unflatten = lambda xs: jtu.tree_unflatten(treedef, xs)
         return ShampooState(
             zero_count(),
@@ -476,7 +496,7 @@ class Shampoo(AbstractOptimizer[ShampooState]):
         diag_out, dmom_out, mom_out = list(diag_l), list(dmom_l), list(mom_l)
         for i in idx:
             g, param, layout = g_leaves[i], p_leaves[i], layouts[i]
-            dtype = compute_dtype(g.dtype, mom_l[i].dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(mom_l[i]))
             b1, b2 = scalar(self.b1, dtype), scalar(self.b2, dtype)
             grad = g.astype(dtype)
             norm = lambda x: jnp.sqrt(jnp.sum(x * x))
@@ -484,17 +504,17 @@ class Shampoo(AbstractOptimizer[ShampooState]):
                 scaled = grad
                 if self.graft_type == "adagrad_normalized":
                     scaled = grad / (norm(grad) + scalar(1e-16, dtype))
-                new_diag = diag_l[i].astype(dtype) + scaled * scaled
+                new_diag = read(diag_l[i], dtype) + scaled * scaled
                 graft = scaled / (
                     jnp.sqrt(new_diag) + scalar(self.diagonal_epsilon, dtype)
                 )
-                diag_out[i] = new_diag.astype(diag_l[i].dtype)
+                diag_out[i] = write(new_diag, diag_l[i])
             elif self.graft_type in ("rmsprop", "rmsprop_normalized"):
                 scaled = grad
                 if self.graft_type == "rmsprop_normalized":
                     scaled = grad / (norm(grad) + scalar(1e-16, dtype))
                 w2 = jnp.where(b2 == 1, b2, 1 - b2)
-                new_diag = b2 * diag_l[i].astype(dtype) + w2 * scaled * scaled
+                new_diag = b2 * read(diag_l[i], dtype) + w2 * scaled * scaled
                 graft = scaled / (
                     jnp.sqrt(new_diag) + scalar(self.diagonal_epsilon, dtype)
                 )
@@ -504,7 +524,7 @@ class Shampoo(AbstractOptimizer[ShampooState]):
                         scalar(1, dtype),
                         scaled_norm / scalar(self.clip_by_scaled_gradient_norm, dtype),
                     )
-                diag_out[i] = new_diag.astype(diag_l[i].dtype)
+                diag_out[i] = write(new_diag, diag_l[i])
             elif self.graft_type == "sgd":
                 graft = grad
             else:  # sqrt_n
@@ -536,8 +556,8 @@ class Shampoo(AbstractOptimizer[ShampooState]):
                 shampoo = shampoo + wd_p
                 graft = graft + wd_p
             w = (1 - b1) if self.moving_average_for_momentum else scalar(1, dtype)
-            shampoo_mom = mom_l[i].astype(dtype) * b1 + w * shampoo
-            graft_mom = dmom_l[i].astype(dtype) * b1 + w * graft
+            shampoo_mom = read(mom_l[i], dtype) * b1 + w * shampoo
+            graft_mom = read(dmom_l[i], dtype) * b1 + w * graft
             run = step >= jnp.asarray(self.start_preconditioning_step, jnp.int32)
             momentum_update = jnp.where(run, shampoo_mom, graft_mom)
             # (The graft is split like its buffers under `shard_over`, as the
@@ -552,8 +572,8 @@ class Shampoo(AbstractOptimizer[ShampooState]):
             if self.decoupled_learning_rate:
                 direction = lr_ * direction
             updates[i] = (-direction).astype(out_dtype(g, param))
-            dmom_out[i] = graft_mom.astype(dmom_l[i].dtype)
-            mom_out[i] = shampoo_mom.astype(mom_l[i].dtype)
+            dmom_out[i] = write(graft_mom, dmom_l[i])
+            mom_out[i] = write(shampoo_mom, mom_l[i])
 
         unflatten = lambda xs: jtu.tree_unflatten(treedef, xs)
         return unflatten(updates), ShampooState(
@@ -615,7 +635,9 @@ Shampoo.__init__.__doc__ = r"""**Arguments:** (the reference's, in its order)
     `state_dtype`, else the param's (the reference's is float32: pass `jnp.float32`
     for float16/bfloat16 params). (Static.)
 - `state_dtype`: dtype of the momenta and diagonal statistics; default the param's.
-    (Static.)
+    An [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"momentum"`,
+    `"diagonal_momentum"` and `"diagonal_statistics"` each; the statistics and
+    preconditioners then default to the param's dtype. (Static.)
 - `root_dtype`: dtype the inverse p-th roots are computed in (never below the
     statistics'); default float64 when `jax_enable_x64` is on, else float32, as the
     reference. (Static.)

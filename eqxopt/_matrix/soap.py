@@ -6,7 +6,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jaxtyping import Array, Float, Inexact, Int32, PyTree
+from jaxtyping import Array, Float, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer
@@ -23,6 +23,15 @@ from .._misc import (
     typechecked,
     zero_count,
     zeros_like_leaf,
+)
+from .._quantized import (
+    dtype_of,
+    new_buffer,
+    plain_dtype,
+    read,
+    storage_of,
+    Stored,
+    write,
 )
 from .linalg import (
     check_every_k,
@@ -55,7 +64,7 @@ class SOAPState(eqx.Module):
     - `count`: the number of `update` calls (the first only sets up the
         preconditioner, so Adam's step $t$ is `count` from the second call on);
     - `mu`, `nu`: Adam's moments, in the rotated basis, one leaf per param (param
-        dtype, or `state_dtype`);
+        dtype, or `state_dtype`; [`eqxopt.QuantizedArray`][]s if it quantizes them);
     - `preconditioners`: per param, a tuple with one factor matrix $L_k$ (the EMA of
         $G_{(k)} G_{(k)}^\\top$) per axis of its view, `None` for axes that are not
         preconditioned; `None` for a leaf with no preconditioned axis;
@@ -78,8 +87,8 @@ class SOAPState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
-    nu: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
+    nu: PyTree[Stored]
     preconditioners: PyTree[Float[Array, "_ _"]]
     bases: PyTree[Float[Array, "_ _"]]
 
@@ -237,6 +246,8 @@ class SOAP(AbstractOptimizer[SOAPState]):
         check_spread(self)
         for name in ("precond_dtype", "state_dtype"):
             value = getattr(self, name)
+            if name == "state_dtype" and plain_dtype(value) is None:
+                continue  # quantized or per-buffer: checked against `_state_buffers`
             try:
                 ok = value is None or jnp.issubdtype(value, jnp.floating)
             except TypeError:
@@ -246,6 +257,9 @@ class SOAP(AbstractOptimizer[SOAPState]):
                     f"`SOAP({name}=...)` must be a floating dtype or None, got "
                     f"{value!r}."
                 )
+
+    # Adam's moments, of the params' shapes (in the rotated basis).
+    _state_buffers = {"mu": False, "nu": True}
 
     # -- layout ------------------------------------------------------------------
 
@@ -259,7 +273,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
 
     def _pdtype(self, p):
         # dtype rule 8: no state buffer wider than the params (or `state_dtype`).
-        return jnp.dtype(self.precond_dtype or self.state_dtype or p.dtype)
+        return jnp.dtype(self.precond_dtype or plain_dtype(self.state_dtype) or p.dtype)
 
     # -- protocol ----------------------------------------------------------------
 
@@ -275,9 +289,8 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 for lst in (mu, nu, precs, bases):
                     lst.append(None)
                 continue
-            sdtype = self.state_dtype or p.dtype
-            mu.append(zeros_like_leaf(p, sdtype))
-            nu.append(zeros_like_leaf(p, sdtype))
+            mu.append(new_buffer(p, 0, storage_of(self.state_dtype, "mu"), False))
+            nu.append(new_buffer(p, 0, storage_of(self.state_dtype, "nu"), True))
             view = self._view(p)
             if not view.any:
                 precs.append(None)
@@ -353,7 +366,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
         hoisted = {}
         for i in idx:
             dtype = compute_dtype(g_leaves[i].dtype)
-            if dtype == compute_dtype(g_leaves[i].dtype, mu_l[i].dtype):
+            if dtype == compute_dtype(g_leaves[i].dtype, dtype_of(mu_l[i])):
                 gv = views[i].to_view(g_leaves[i].astype(dtype))
                 hoisted[i] = stats(i, gv)
 
@@ -397,13 +410,13 @@ class SOAP(AbstractOptimizer[SOAPState]):
             precs: list[Any] = list(pre_l)
             for i in idx:
                 g, p, view = g_leaves[i], p_leaves[i], views[i]
-                dtype = compute_dtype(g.dtype, mu_l[i].dtype)
+                dtype = compute_dtype(g.dtype, dtype_of(mu_l[i]))
                 b1, b2 = scalar(self.b1, dtype), scalar(self.b2, dtype)
                 bases = q_l[i] if q_l[i] is not None else ()
                 gv = view.to_view(g.astype(dtype))
                 gp = project(gv, bases)
-                m = b1 * view.to_view(mu_l[i].astype(dtype)) + (1 - b1) * gp
-                v = b2 * view.to_view(nu_l[i].astype(dtype)) + (1 - b2) * gp * gp
+                m = b1 * view.to_view(read(mu_l[i], dtype)) + (1 - b1) * gp
+                v = b2 * view.to_view(read(nu_l[i], dtype)) + (1 - b2) * gp * gp
                 denom = jnp.sqrt(v) + scalar(self.eps, dtype)
                 step = scalar(lr, dtype)
                 if self.correct_bias:
@@ -493,8 +506,8 @@ class SOAP(AbstractOptimizer[SOAPState]):
             )
             for i in idx:
                 view = views[i]
-                mus[i] = view.from_view(mus_v[i]).astype(mu_l[i].dtype)
-                nus[i] = view.from_view(nus_v[i]).astype(nu_l[i].dtype)
+                mus[i] = write(view.from_view(mus_v[i]), mu_l[i])
+                nus[i] = write(view.from_view(nus_v[i]), nu_l[i])
             return updates, mus, nus, precs, bases
 
         updates, mus, nus, precs, bases = jax.lax.cond(count == 0, first, regular, None)
@@ -538,7 +551,10 @@ SOAP.__init__.__doc__ = r"""**Arguments:**
 - `precond_dtype`: dtype of the factor matrices and bases; default `state_dtype`,
     else the param's. The reference uses float32: pass `jnp.float32` for float16 or
     bfloat16 params. (Static.)
-- `state_dtype`: dtype of the moments; default the param's. (Static.)
+- `state_dtype`: dtype of the moments; default the param's. An
+    [`eqxopt.Quantized`][] quantizes both (in the rotated basis), a dict keyed by
+    `"mu"` and `"nu"` each; the factors and bases then default to the param's dtype.
+    (Static.)
 - `spread`: under `jit` with params on a mesh, how the devices share the per-matrix
     work (eigh, QR and the momentum's rotation): `True` (default) stacks same-shape
     matrices and splits the stacks over every mesh axis (each device computes its

@@ -4,7 +4,7 @@ from typing import Any
 
 import equinox as eqx
 import jax.numpy as jnp
-from jaxtyping import Array, Float, Inexact, Int32, PyTree
+from jaxtyping import Array, Float, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer, scalar_hyperparams
@@ -24,16 +24,16 @@ from .._misc import (
     typechecked,
     write_after,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, plain_dtype, read, Stored, write
 
 
 @typechecked
 class DAdaptAdamWState(eqx.Module):
     """State of [`eqxopt.DAdaptAdamW`][]: the step count; the Adam moments `exp_avg`,
     `exp_avg_sq` and the EMA `grad_sum` of the step-weighted gradients (one leaf per
-    param); and two scalars, the distance estimate `estim_lr` and the weighted
-    numerator of that estimate.
+    param, possibly quantized: [`eqxopt.Quantized`][]); and two scalars, the distance
+    estimate `estim_lr` and the weighted numerator of that estimate.
 
     !!! Example
 
@@ -52,9 +52,9 @@ class DAdaptAdamWState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    exp_avg: PyTree[Inexact[Array, "..."]]
-    exp_avg_sq: PyTree[Inexact[Array, "..."]]
-    grad_sum: PyTree[Inexact[Array, "..."]]
+    exp_avg: PyTree[Stored]
+    exp_avg_sq: PyTree[Stored]
+    grad_sum: PyTree[Stored]
     estim_lr: Float[Array, ""]
     numerator_weighted: Float[Array, ""]
 
@@ -114,6 +114,8 @@ class DAdaptAdamW(AbstractOptimizer[DAdaptAdamWState]):
     weight_decay: ScalarLike = 0.0
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
+    _state_buffers = {"exp_avg": False, "exp_avg_sq": True, "grad_sum": False}
+
     def __check_init__(self):
         if not isinstance(self.betas, tuple) or len(self.betas) != 2:
             raise ValueError(
@@ -133,12 +135,15 @@ class DAdaptAdamW(AbstractOptimizer[DAdaptAdamWState]):
         )
 
     def init(self, params: Params) -> DAdaptAdamWState:
-        dtype = scalar_state_dtype(params, self.state_dtype)
+        dtype = scalar_state_dtype(params, plain_dtype(self.state_dtype))
+        buffer = lambda name, nonnegative: buffers_like(
+            params, self.state_dtype, name, nonnegative
+        )
         return DAdaptAdamWState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
+            buffer("exp_avg", False),
+            buffer("exp_avg_sq", True),
+            buffer("grad_sum", False),
             jnp.full((), self.estim_lr0, dtype),
             jnp.zeros((), dtype),
         )
@@ -158,14 +163,14 @@ class DAdaptAdamW(AbstractOptimizer[DAdaptAdamWState]):
         wd = scalar(self.weight_decay, dtype)
 
         def _leaf(g, ea, eas, s, p):
-            ldt = compute_dtype(dtype, g.dtype, ea.dtype, eas.dtype, s.dtype)
+            ldt = compute_dtype(dtype, g.dtype, *map(dtype_of, (ea, eas, s)))
             b1_, b2_, sb2_ = b1.astype(ldt), b2.astype(ldt), sb2.astype(ldt)
             dlr_, eps_ = dlr.astype(ldt), eps.astype(ldt)
-            g32, s32, eas32 = g.astype(ldt), s.astype(ldt), eas.astype(ldt)
+            g32, s32, eas32 = g.astype(ldt), read(s, ldt), read(eas, ldt)
             numerator = real_vdot(g32, s32 / (jnp.sqrt(eas32) + eps_))
             # The new buffers overwrite the donated ones in place only once the
             # reduction has read them: written after its result.
-            new_ea = b1_ * ea.astype(ldt) + (1 - b1_) * dlr_ * g32
+            new_ea = b1_ * read(ea, ldt) + (1 - b1_) * dlr_ * g32
             new_eas = write_after(b2_ * eas32 + (1 - b2_) * abs_sq(g32), numerator)
             new_s = write_after(sb2_ * s32 + (1 - sb2_) * dlr_ * g32, numerator)
             u = -wd.astype(ldt) * dlr_ * p.astype(ldt) - new_ea / (
@@ -173,9 +178,9 @@ class DAdaptAdamW(AbstractOptimizer[DAdaptAdamWState]):
             )
             return pack(
                 u.astype(out_dtype(g, p)),
-                new_ea.astype(ea.dtype),
-                new_eas.astype(eas.dtype),
-                new_s.astype(s.dtype),
+                write(new_ea, ea),
+                write(new_eas, eas),
+                write(new_s, s),
                 numerator.astype(dtype),
                 jnp.sum(jnp.abs(new_s)).astype(dtype),
             )
@@ -219,6 +224,8 @@ DAdaptAdamW.__init__.__doc__ = r"""**Arguments:**
 - `estim_lr0`: the initial (under-)estimate $d_0 > 0$.
 - `weight_decay`: decoupled (AdamW-style) weight decay $\lambda$.
 - `state_dtype`: dtype of the moments, the gradient EMA and the two scalars;
-    default the params' (at least float32 for the scalars). (Static, keyword-only;
-    Optax's `dadapt_adamw` has no such option.)
+    default the params' (at least float32 for the scalars). An
+    [`eqxopt.Quantized`][] quantizes the three buffers, a dict keyed by `"exp_avg"`,
+    `"exp_avg_sq"` and `"grad_sum"` each; the scalars then keep their default.
+    (Static, keyword-only; Optax's `dadapt_adamw` has no such option.)
 """

@@ -4,7 +4,7 @@ bound of the loss."""
 import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Inexact, Int32, PyTree
+from jaxtyping import Array, Float, Int32, PyTree
 
 from .._checks import check_hyperparams, need_extra, need_params
 from .._core.base import AbstractOptimizer
@@ -24,8 +24,8 @@ from .._misc import (
     tree_total,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, plain_dtype, read, Stored, write
 
 
 # Optax takes no step while the momentum's squared norm is at most this
@@ -85,8 +85,9 @@ def _check(opt, betas):
 @typechecked
 class MomoState(eqx.Module):
     """State of [`eqxopt.Momo`][]: the step count, the gradient EMA `exp_avg` (one leaf
-    per param), and three scalars: the loss EMA `barf`, the EMA `gamma` of
-    $\\langle g_k, p_k\\rangle$, and the loss lower bound `lb`.
+    per param, possibly quantized: [`eqxopt.Quantized`][]), and three scalars: the
+    loss EMA `barf`, the EMA `gamma` of $\\langle g_k, p_k\\rangle$, and the loss
+    lower bound `lb`.
 
     !!! Example
 
@@ -107,7 +108,7 @@ class MomoState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    exp_avg: PyTree[Inexact[Array, "..."]]
+    exp_avg: PyTree[Stored]
     barf: Float[Array, ""]
     gamma: Float[Array, ""]
     lb: Float[Array, ""]
@@ -170,15 +171,17 @@ class Momo(AbstractOptimizer[MomoState]):
     adapt_lower_bound: bool = eqx.field(default=False, static=True)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
+    _state_buffers = {"exp_avg": False}
+
     def __check_init__(self):
         _check(self, ("beta",))
 
     def init(self, params: Params) -> MomoState:
-        dtype = scalar_state_dtype(params, self.state_dtype)
+        dtype = scalar_state_dtype(params, plain_dtype(self.state_dtype))
         zero = jnp.zeros((), dtype)
         return MomoState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
+            buffers_like(params, self.state_dtype, "exp_avg", False),
             zero,
             zero,
             jnp.full((), self.lower_bound, dtype),
@@ -193,10 +196,10 @@ class Momo(AbstractOptimizer[MomoState]):
         barf = bt * state.barf + (1 - bt) * value
 
         def _moments(g, ea, p):
-            ldt = compute_dtype(dtype, g.dtype, ea.dtype, p.dtype)
+            ldt = compute_dtype(dtype, g.dtype, dtype_of(ea), p.dtype)
             g32, p32 = g.astype(ldt), p.astype(ldt)
             bt_ = bt.astype(ldt)
-            ea32 = bt_ * ea.astype(ldt) + (1 - bt_) * g32
+            ea32 = bt_ * read(ea, ldt) + (1 - bt_) * g32
             return pack(
                 ea32,
                 real_vdot(g32, p32).astype(dtype),
@@ -223,7 +226,7 @@ class Momo(AbstractOptimizer[MomoState]):
             return u.astype(out_dtype(g, p))
 
         updates = tree_map(_update, ea, grads, params, names=("ea", "grads", "params"))
-        exp_avg = tree_map(lambda n, o: n.astype(o.dtype), ea, state.exp_avg)
+        exp_avg = tree_map(write, ea, state.exp_avg)
         return updates, MomoState(increment(state.count), exp_avg, barf, gamma, lb)
 
 
@@ -237,15 +240,17 @@ Momo.__init__.__doc__ = r"""**Arguments:**
 - `adapt_lower_bound`: estimate the lower bound on the fly, starting from
     `lower_bound`. (Static.)
 - `state_dtype`: dtype of the momentum and the three scalars; default the param's
-    (at least float32 for the scalars). (Static, keyword-only; Optax's `momo` has no
-    such option.)
+    (at least float32 for the scalars). An [`eqxopt.Quantized`][] (or a dict
+    `{"exp_avg": ...}`) quantizes the momentum; the scalars then keep their default.
+    (Static, keyword-only; Optax's `momo` has no such option.)
 """
 
 
 @typechecked
 class MomoAdamState(eqx.Module):
     """State of [`eqxopt.MomoAdam`][]: the step count, Adam's moments `exp_avg` and
-    `exp_avg_sq` (one leaf per param), and three scalars: the loss EMA `barf`, the
+    `exp_avg_sq` (one leaf per param, possibly quantized: [`eqxopt.Quantized`][]),
+    and three scalars: the loss EMA `barf`, the
     EMA `gamma` of $\\langle g_k, p_k\\rangle$, and the loss lower bound `lb`.
 
     !!! Example
@@ -267,8 +272,8 @@ class MomoAdamState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    exp_avg: PyTree[Inexact[Array, "..."]]
-    exp_avg_sq: PyTree[Inexact[Array, "..."]]
+    exp_avg: PyTree[Stored]
+    exp_avg_sq: PyTree[Stored]
     barf: Float[Array, ""]
     gamma: Float[Array, ""]
     lb: Float[Array, ""]
@@ -331,16 +336,18 @@ class MomoAdam(AbstractOptimizer[MomoAdamState]):
     adapt_lower_bound: bool = eqx.field(default=False, static=True)
     state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
 
+    _state_buffers = {"exp_avg": False, "exp_avg_sq": True}
+
     def __check_init__(self):
         _check(self, ("b1", "b2"))
 
     def init(self, params: Params) -> MomoAdamState:
-        dtype = scalar_state_dtype(params, self.state_dtype)
+        dtype = scalar_state_dtype(params, plain_dtype(self.state_dtype))
         zero = jnp.zeros((), dtype)
         return MomoAdamState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
+            buffers_like(params, self.state_dtype, "exp_avg", False),
+            buffers_like(params, self.state_dtype, "exp_avg_sq", True),
             zero,
             zero,
             jnp.full((), self.lower_bound, dtype),
@@ -358,11 +365,11 @@ class MomoAdam(AbstractOptimizer[MomoAdamState]):
         barf = b1 * state.barf + (1 - b1) * value
 
         def _moments(g, ea, eas, p):
-            ldt = compute_dtype(dtype, g.dtype, ea.dtype, eas.dtype, p.dtype)
+            ldt = compute_dtype(dtype, g.dtype, dtype_of(ea), dtype_of(eas), p.dtype)
             b1_, b2_ = b1.astype(ldt), b2.astype(ldt)
             g32, p32 = g.astype(ldt), p.astype(ldt)
-            ea32 = b1_ * ea.astype(ldt) + (1 - b1_) * g32
-            eas32 = b2_ * eas.astype(ldt) + (1 - b2_) * abs_sq(g32)
+            ea32 = b1_ * read(ea, ldt) + (1 - b1_) * g32
+            eas32 = b2_ * read(eas, ldt) + (1 - b2_) * abs_sq(g32)
             precond = eps.astype(ldt) + jnp.sqrt(eas32 / bc2.astype(ldt))
             return pack(
                 ea32,
@@ -402,8 +409,8 @@ class MomoAdam(AbstractOptimizer[MomoAdamState]):
             params,
             names=("ea", "precond", "grads", "params"),
         )
-        exp_avg = tree_map(lambda n, o: n.astype(o.dtype), ea, state.exp_avg)
-        exp_avg_sq = tree_map(lambda n, o: n.astype(o.dtype), eas, state.exp_avg_sq)
+        exp_avg = tree_map(write, ea, state.exp_avg)
+        exp_avg_sq = tree_map(write, eas, state.exp_avg_sq)
         return updates, MomoAdamState(count, exp_avg, exp_avg_sq, barf, gamma, lb)
 
 
@@ -419,6 +426,8 @@ MomoAdam.__init__.__doc__ = r"""**Arguments:**
 - `adapt_lower_bound`: estimate the lower bound on the fly, starting from
     `lower_bound`. (Static.)
 - `state_dtype`: dtype of both moments and the three scalars; default the param's
-    (at least float32 for the scalars). (Static, keyword-only; Optax's `momo_adam`
-    has no such option.)
+    (at least float32 for the scalars). An [`eqxopt.Quantized`][] quantizes the
+    moments, a dict keyed by `"exp_avg"` and `"exp_avg_sq"` each; the scalars then
+    keep their default. (Static, keyword-only; Optax's `momo_adam` has no such
+    option.)
 """

@@ -7,7 +7,6 @@ import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
 import numpy as np
-from jax.typing import DTypeLike
 from jaxtyping import Array, Float, Inexact, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
@@ -29,15 +28,16 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, plain_dtype, read, Stored, write
 
 
 @typechecked
 class ProdigyState(eqx.Module):
     """State of [`eqxopt.Prodigy`][]: the step count; the Adam moments `exp_avg`,
-    `exp_avg_sq` and the weighted gradient sum `grad_sum` (one leaf per param); the
-    initial params `params0`; and two scalars, the learning-rate (distance) estimate
+    `exp_avg_sq` and the weighted gradient sum `grad_sum` (one leaf per param,
+    possibly quantized: [`eqxopt.Quantized`][]); the initial params `params0` (in
+    the params' dtypes); and two scalars, the learning-rate (distance) estimate
     `estim_lr` and the weighted numerator of that estimate.
 
     !!! Example
@@ -58,9 +58,9 @@ class ProdigyState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    exp_avg: PyTree[Inexact[Array, "..."]]
-    exp_avg_sq: PyTree[Inexact[Array, "..."]]
-    grad_sum: PyTree[Inexact[Array, "..."]]
+    exp_avg: PyTree[Stored]
+    exp_avg_sq: PyTree[Stored]
+    grad_sum: PyTree[Stored]
     params0: PyTree[Inexact[Array, "..."]]
     estim_lr: Float[Array, ""]
     numerator_weighted: Float[Array, ""]
@@ -122,7 +122,9 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
     estim_lr_coef: ScalarLike = 1.0
     weight_decay: ScalarLike = 0.0
     safeguard_warmup: bool = eqx.field(default=False, static=True)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"exp_avg": False, "exp_avg_sq": True, "grad_sum": False}
 
     def __check_init__(self):
         if not isinstance(self.betas, tuple) or len(self.betas) != 2:
@@ -142,16 +144,16 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
         )
 
     def init(self, params: Params) -> ProdigyState:
-        scalar_dtype = (
-            np.dtype(self.state_dtype)
-            if self.state_dtype is not None
-            else lowest_dtype(params)
+        plain = plain_dtype(self.state_dtype)
+        scalar_dtype = np.dtype(plain) if plain is not None else lowest_dtype(params)
+        buffer = lambda name, nonnegative: buffers_like(
+            params, self.state_dtype, name, nonnegative
         )
         return ProdigyState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
+            buffer("exp_avg", False),
+            buffer("exp_avg_sq", True),
+            buffer("grad_sum", False),
             # A copy, not the params' own buffers, so that (params, state) can be
             # donated to a jitted step.
             tree_map(lambda p: jnp.array(p, copy=True), params),
@@ -179,12 +181,12 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
         sum_weight = d if self.safeguard_warmup else dlr
 
         def _moments(g, ea, eas, s, p0, p):
-            ldt = compute_dtype(dtype, g.dtype, ea.dtype, eas.dtype, s.dtype)
+            ldt = compute_dtype(dtype, g.dtype, *map(dtype_of, (ea, eas, s)))
             g32 = g.astype(ldt)
             dg = d.astype(ldt) * g32
-            ea32 = b1.astype(ldt) * ea.astype(ldt) + (1 - b1.astype(ldt)) * dg
-            eas32 = b2.astype(ldt) * eas.astype(ldt) + (1 - b2.astype(ldt)) * abs_sq(dg)
-            s32 = b3.astype(ldt) * s.astype(ldt) + (
+            ea32 = b1.astype(ldt) * read(ea, ldt) + (1 - b1.astype(ldt)) * dg
+            eas32 = b2.astype(ldt) * read(eas, ldt) + (1 - b2.astype(ldt)) * abs_sq(dg)
+            s32 = b3.astype(ldt) * read(s, ldt) + (
                 sum_weight.astype(ldt) * dg / d0.astype(ldt)
             )
             diff = p0.astype(ldt) - p.astype(ldt)
@@ -235,14 +237,11 @@ class Prodigy(AbstractOptimizer[ProdigyState]):
             _update, grads, ea, eas, params, names=("grads", "ea", "eas", "params")
         )
 
-        def _cast(new, old):
-            return tree_map(lambda n, o: n.astype(o.dtype), new, old)
-
         return updates, ProdigyState(
             count,
-            _cast(ea, state.exp_avg),
-            _cast(eas, state.exp_avg_sq),
-            _cast(s, state.grad_sum),
+            tree_map(write, ea, state.exp_avg),
+            tree_map(write, eas, state.exp_avg_sq),
+            tree_map(write, s, state.grad_sum),
             state.params0,
             new_d,
             nw.astype(state.numerator_weighted.dtype),
@@ -268,5 +267,8 @@ Prodigy.__init__.__doc__ = r"""**Arguments:**
 - `safeguard_warmup`: leave $\eta_k$ out of the sum $s_k$, which avoids problems
     during a warmup. (Static.)
 - `state_dtype`: dtype of the moments, the gradient sum and the two scalars; default
-    the params' (the lowest precision among them for the scalars). (Static.)
+    the params' (the lowest precision among them for the scalars). An
+    [`eqxopt.Quantized`][] quantizes the three buffers, a dict keyed by `"exp_avg"`,
+    `"exp_avg_sq"` and `"grad_sum"` each; the scalars then keep their default.
+    (Static.)
 """

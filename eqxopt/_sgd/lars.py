@@ -2,8 +2,7 @@ r"""LARS (You et al. 2017): SGD with momentum whose step is scaled per layer by 
 trust ratio $\|p\| / \|g\|$."""
 
 import equinox as eqx
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer
@@ -23,14 +22,14 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, Stored
 
 
 @typechecked
 class LarsState(eqx.Module):
     """State of [`eqxopt.Lars`][]: the step count and the momentum buffer, one leaf per
-    param.
+    param (it may be quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -47,7 +46,7 @@ class LarsState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    trace: PyTree[Inexact[Array, "..."]]
+    trace: PyTree[Stored]
 
 
 class Lars(AbstractOptimizer[LarsState]):
@@ -96,7 +95,9 @@ class Lars(AbstractOptimizer[LarsState]):
     trust_ratio_mask: FilterSpec = mask_field(default=True)
     momentum: ScalarLike = 0.9
     nesterov: bool = eqx.field(default=False, static=True)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
+
+    _state_buffers = {"trace": False}
 
     def __check_init__(self):
         check_hyperparams(
@@ -106,7 +107,8 @@ class Lars(AbstractOptimizer[LarsState]):
         )
 
     def init(self, params: Params) -> LarsState:
-        return LarsState(zero_count(), zeros_like(params, self.state_dtype))
+        trace = buffers_like(params, self.state_dtype, "trace", False)
+        return LarsState(zero_count(), trace)
 
     def update(self, grads: Updates, state: LarsState, params=None, **extra):
         need_params(self, params)
@@ -129,7 +131,7 @@ class Lars(AbstractOptimizer[LarsState]):
         decays = not is_zero(wd)
 
         def _leaf(g, t, p, decayed, trusted):
-            dtype = compute_dtype(g.dtype, p.dtype, t.dtype)
+            dtype = compute_dtype(g.dtype, p.dtype, dtype_of(t))
             wd_, coefficient, eps, neg_lr = constants(dtype)
             r = g.astype(dtype)
             if decays and decayed is not False:
@@ -170,6 +172,7 @@ Lars.__init__.__doc__ = r"""**Arguments:**
     all.
 - `momentum`: heavy-ball decay $\gamma$, in `[0, 1)`.
 - `nesterov`: use Nesterov momentum. (Static.)
-- `state_dtype`: dtype of the momentum buffer; default the param's. (Static,
+- `state_dtype`: dtype of the momentum buffer; default the param's. An
+    [`eqxopt.Quantized`][] (or a dict `{"trace": ...}`) quantizes it. (Static,
     keyword-only.)
 """

@@ -3,8 +3,7 @@ optimistic Adam (and the `ScaleByOptimisticGradient` building block)."""
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
@@ -21,15 +20,16 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 @typechecked
 class OptimisticGradientState(eqx.Module):
     """State of [`eqxopt.OptimisticGradientDescent`][] and
     [`eqxopt.ScaleByOptimisticGradient`][]: the step count and the previous incoming
-    update (gradient), one leaf per param.
+    update (gradient), one leaf per param (it may be quantized:
+    [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -48,7 +48,7 @@ class OptimisticGradientState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    previous: PyTree[Inexact[Array, "..."]]
+    previous: PyTree[Stored]
 
 
 def _optimistic(opt, grads, state, params, lr):
@@ -57,15 +57,15 @@ def _optimistic(opt, grads, state, params, lr):
     first = state.count == 0
 
     def _leaf(g, prev, p):
-        dtype = compute_dtype(g.dtype, prev.dtype)
+        dtype = compute_dtype(g.dtype, dtype_of(prev))
         g32 = sharded_like(g.astype(dtype), prev)  # split like `prev`: `shard_over`
         # The first step has no previous gradient: use the current one (as Optax).
-        prev32 = jnp.where(first, g32, prev.astype(dtype))
+        prev32 = jnp.where(first, g32, read(prev, dtype))
         a, b = scalar(alpha, dtype), scalar(beta, dtype)
         u = (a + b) * g32 - b * prev32
         if lr is not None:
             u = u * -scalar(lr, dtype)
-        return pack(u.astype(out_dtype(g, p)), g32.astype(prev.dtype))
+        return pack(u.astype(out_dtype(g, p)), write(g32, prev))
 
     updates, previous = tree_map_unzip(
         _leaf,
@@ -103,11 +103,13 @@ class ScaleByOptimisticGradient(AbstractOptimizer[OptimisticGradientState]):
 
     alpha: ScalarOrSchedule = 1.0
     beta: ScalarOrSchedule = 1.0
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"previous": False}
 
     def init(self, params: Params) -> OptimisticGradientState:
         return OptimisticGradientState(
-            zero_count(), zeros_like(params, self.state_dtype)
+            zero_count(), buffers_like(params, self.state_dtype, "previous", False)
         )
 
     def update(
@@ -152,14 +154,16 @@ class OptimisticGradientDescent(AbstractOptimizer[OptimisticGradientState]):
     learning_rate: ScalarOrSchedule
     alpha: ScalarOrSchedule = 1.0
     beta: ScalarOrSchedule = 1.0
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"previous": False}
 
     def __check_init__(self):
         check_hyperparams(self, nonnegative=("learning_rate",))
 
     def init(self, params: Params) -> OptimisticGradientState:
         return OptimisticGradientState(
-            zero_count(), zeros_like(params, self.state_dtype)
+            zero_count(), buffers_like(params, self.state_dtype, "previous", False)
         )
 
     def update(
@@ -174,7 +178,8 @@ class OptimisticGradientDescent(AbstractOptimizer[OptimisticGradientState]):
 @typechecked
 class OptimisticAdamState(eqx.Module):
     """State of [`eqxopt.OptimisticAdam`][]: the step count, Adam's moments `mu` and
-    `nu`, and the previous Adam direction `previous`, one leaf per param.
+    `nu`, and the previous Adam direction `previous`, one leaf per param (each may be
+    quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -191,9 +196,9 @@ class OptimisticAdamState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    mu: PyTree[Inexact[Array, "..."]]
-    nu: PyTree[Inexact[Array, "..."]]
-    previous: PyTree[Inexact[Array, "..."]]
+    mu: PyTree[Stored]
+    nu: PyTree[Stored]
+    previous: PyTree[Stored]
 
 
 class OptimisticAdam(AbstractOptimizer[OptimisticAdamState]):
@@ -240,8 +245,10 @@ class OptimisticAdam(AbstractOptimizer[OptimisticAdamState]):
     b2: ScalarLike = eqx.field(default=0.999, kw_only=True)
     eps: ScalarLike = eqx.field(default=1e-8, kw_only=True)
     eps_root: ScalarLike = eqx.field(default=0.0, kw_only=True)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True, kw_only=True)
+    state_dtype: object = eqx.field(default=None, static=True, kw_only=True)
     nesterov: bool = eqx.field(default=True, static=True, kw_only=True)
+
+    _state_buffers = {"mu": False, "nu": True, "previous": False}
 
     def __check_init__(self):
         check_hyperparams(
@@ -253,9 +260,9 @@ class OptimisticAdam(AbstractOptimizer[OptimisticAdamState]):
     def init(self, params: Params) -> OptimisticAdamState:
         return OptimisticAdamState(
             zero_count(),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
-            zeros_like(params, self.state_dtype),
+            buffers_like(params, self.state_dtype, "mu", False),
+            buffers_like(params, self.state_dtype, "nu", True),
+            buffers_like(params, self.state_dtype, "previous", False),
         )
 
     def update(self, grads: Updates, state: OptimisticAdamState, params=None, **extra):
@@ -264,12 +271,12 @@ class OptimisticAdam(AbstractOptimizer[OptimisticAdamState]):
         count = increment(state.count)
 
         def _leaf(g, m, v, prev, p):
-            dtype = compute_dtype(g.dtype, m.dtype, v.dtype, prev.dtype)
+            dtype = compute_dtype(g.dtype, *map(dtype_of, (m, v, prev)))
             g32 = g.astype(dtype)
             b1, b2 = scalar(self.b1, dtype), scalar(self.b2, dtype)
             t = count.astype(dtype)
-            m32 = (1 - b1) * g32 + b1 * m.astype(dtype)
-            v32 = (1 - b2) * abs_sq(g32) + b2 * v.astype(dtype)
+            m32 = (1 - b1) * g32 + b1 * read(m, dtype)
+            v32 = (1 - b2) * abs_sq(g32) + b2 * read(v, dtype)
             if self.nesterov:
                 m_hat = b1 * (m32 / (1 - b1 ** (t + 1))) + (1 - b1) * (
                     g32 / (1 - b1**t)
@@ -280,14 +287,14 @@ class OptimisticAdam(AbstractOptimizer[OptimisticAdamState]):
             r = m_hat / (
                 jnp.sqrt(v_hat + scalar(self.eps_root, dtype)) + scalar(self.eps, dtype)
             )
-            prev32 = jnp.where(first, r, prev.astype(dtype))
+            prev32 = jnp.where(first, r, read(prev, dtype))
             a, b = scalar(self.alpha, dtype), scalar(self.beta, dtype)
             u = ((a + b) * r - b * prev32) * -scalar(lr, dtype)
             return pack(
                 u.astype(out_dtype(g, p)),
-                m32.astype(m.dtype),
-                v32.astype(v.dtype),
-                r.astype(prev.dtype),
+                write(m32, m),
+                write(v32, v),
+                write(r, prev),
             )
 
         updates, mu, nu, previous = tree_map_unzip(
@@ -308,15 +315,16 @@ class OptimisticAdam(AbstractOptimizer[OptimisticAdamState]):
 ScaleByOptimisticGradient.__init__.__doc__ = r"""**Arguments:**
 
 - `alpha`, `beta`: the coefficients $\alpha, \beta$ (numbers or schedules).
-- `state_dtype`: dtype of the stored previous update; default the param's. (Static.)
+- `state_dtype`: dtype of the stored previous update; default the param's. An
+    [`eqxopt.Quantized`][] (or a dict `{"previous": ...}`) quantizes it. (Static.)
 """
 OptimisticGradientDescent.__init__.__doc__ = r"""**Arguments:**
 
 - `learning_rate`: $\eta$; a number, an array, or a schedule.
 - `alpha`: $\alpha$, the weight of the current gradient beyond $\beta$; default `1`.
 - `beta`: $\beta$, the weight of the negative momentum; default `1`.
-- `state_dtype`: dtype of the stored previous gradient; default the param's.
-    (Static.)
+- `state_dtype`: dtype of the stored previous gradient; default the param's. An
+    [`eqxopt.Quantized`][] (or a dict `{"previous": ...}`) quantizes it. (Static.)
 """
 OptimisticAdam.__init__.__doc__ = r"""**Arguments:**
 
@@ -325,7 +333,8 @@ OptimisticAdam.__init__.__doc__ = r"""**Arguments:**
 - `b1`, `b2`: Adam's decay rates, in `[0, 1)`. (Keyword-only.)
 - `eps`, `eps_root`: Adam's $\epsilon$ outside and inside the root. (Keyword-only.)
 - `state_dtype`: dtype of the three buffers (Optax's `mu_dtype`); default the
-    param's. (Static, keyword-only.)
+    param's. An [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"mu"`, `"nu"`
+    and `"previous"` each. (Static, keyword-only.)
 - `nesterov`: Nesterov Adam direction; default `True` (as Optax). (Static,
     keyword-only.)
 """

@@ -2,15 +2,13 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, PyTree
+from jaxtyping import PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer
 from .._custom_types import Params, ScalarLike, Updates
 from .._misc import (
     compute_dtype,
-    full_like_leaf,
     out_dtype,
     pack,
     scalar,
@@ -18,14 +16,24 @@ from .._misc import (
     tree_map,
     tree_map_unzip,
     typechecked,
-    zeros_like,
+)
+from .._quantized import (
+    buffers_like,
+    dtype_of,
+    new_buffer,
+    plain_dtype,
+    read,
+    storage_of,
+    Stored,
+    write,
 )
 
 
 @typechecked
 class RpropState(eqx.Module):
     """State of [`eqxopt.Rprop`][]: the per-coordinate step sizes and the previous
-    (unsigned) updates, one leaf per param.
+    (unsigned) updates, one leaf per param (each may be quantized:
+    [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -42,8 +50,8 @@ class RpropState(eqx.Module):
         ```
     """
 
-    step_sizes: PyTree[Inexact[Array, "..."]]
-    prev_updates: PyTree[Inexact[Array, "..."]]
+    step_sizes: PyTree[Stored]
+    prev_updates: PyTree[Stored]
 
 
 class Rprop(AbstractOptimizer[RpropState]):
@@ -95,7 +103,9 @@ class Rprop(AbstractOptimizer[RpropState]):
     eta_plus: ScalarLike = 1.2
     min_step_size: ScalarLike = 1e-6
     max_step_size: ScalarLike = 50.0
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"step_sizes": True, "prev_updates": False}
 
     def __check_init__(self):
         check_hyperparams(
@@ -107,19 +117,22 @@ class Rprop(AbstractOptimizer[RpropState]):
     real_only = "it compares the signs of successive gradients"
 
     def init(self, params: Params) -> RpropState:
-        def _full(p):
-            dtype = self.state_dtype or p.dtype
-            return full_like_leaf(p, scalar(self.learning_rate, dtype), dtype)
+        storage = storage_of(self.state_dtype, "step_sizes")
 
-        return RpropState(tree_map(_full, params), zeros_like(params, self.state_dtype))
+        def _full(p):
+            value = scalar(self.learning_rate, plain_dtype(storage) or p.dtype)
+            return new_buffer(p, value, storage, True)
+
+        prev = buffers_like(params, self.state_dtype, "prev_updates", False)
+        return RpropState(tree_map(_full, params), prev)
 
     def update(self, grads: Updates, state: RpropState, params=None, **extra):
         def _leaf(g, step, prev, p):
-            dtype = compute_dtype(g.dtype, step.dtype, prev.dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(step), dtype_of(prev))
             g32, step32, prev32 = (
                 sharded_like(g.astype(dtype), step),  # split like `step`: `shard_over`
-                step.astype(dtype),
-                prev.astype(dtype),
+                read(step, dtype),
+                read(prev, dtype),
             )
             s = g32 * prev32
             factor = jnp.where(
@@ -134,8 +147,8 @@ class Rprop(AbstractOptimizer[RpropState]):
             d = jnp.where(s < 0, jnp.zeros_like(g32), step32 * jnp.sign(g32))
             return pack(
                 (-d).astype(out_dtype(g, p)),
-                step32.astype(step.dtype),
-                d.astype(prev.dtype),
+                write(step32, step),
+                write(d, prev),
             )
 
         updates, step_sizes, prev = tree_map_unzip(
@@ -156,5 +169,7 @@ Rprop.__init__.__doc__ = r"""**Arguments:**
 - `eta_minus`: factor $\eta^-$ applied to a step when its gradient flips sign.
 - `eta_plus`: factor $\eta^+$ applied to a step when its gradient keeps its sign.
 - `min_step_size`, `max_step_size`: bounds on the step sizes.
-- `state_dtype`: dtype of both buffers; default the param's. (Static.)
+- `state_dtype`: dtype of both buffers; default the param's. An
+    [`eqxopt.Quantized`][] quantizes them, a dict keyed by `"step_sizes"` and
+    `"prev_updates"` each. (Static.)
 """

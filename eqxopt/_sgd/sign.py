@@ -2,8 +2,7 @@
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams
 from .._core.base import AbstractOptimizer, CountState, EmptyState
@@ -19,8 +18,8 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, dtype_of, read, Stored, write
 
 
 class ScaleBySign(AbstractOptimizer[EmptyState]):
@@ -107,7 +106,8 @@ class SignSGD(AbstractOptimizer[CountState]):
 @typechecked
 class SignumState(eqx.Module):
     """State of [`eqxopt.Signum`][]: the step count and the (not debiased)
-    exponential moving average of the gradients, one leaf per param.
+    exponential moving average of the gradients, one leaf per param (it may be
+    quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -126,7 +126,7 @@ class SignumState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    ema: PyTree[Inexact[Array, "..."]]
+    ema: PyTree[Stored]
 
 
 class Signum(AbstractOptimizer[SignumState]):
@@ -164,23 +164,27 @@ class Signum(AbstractOptimizer[SignumState]):
 
     learning_rate: ScalarOrSchedule
     beta: ScalarLike = 0.9
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"ema": False}
 
     def __check_init__(self):
         check_hyperparams(self, nonnegative=("learning_rate",), unit_interval=("beta",))
 
     def init(self, params: Params) -> SignumState:
-        return SignumState(zero_count(), zeros_like(params, self.state_dtype))
+        return SignumState(
+            zero_count(), buffers_like(params, self.state_dtype, "ema", False)
+        )
 
     def update(self, grads: Updates, state: SignumState, params=None, **extra):
         lr = resolve(self.learning_rate, state.count)
 
         def _leaf(g, m, p):
-            dtype = compute_dtype(g.dtype, m.dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(m))
             beta = scalar(self.beta, dtype)
-            m32 = (1 - beta) * g.astype(dtype) + beta * m.astype(dtype)
+            m32 = (1 - beta) * g.astype(dtype) + beta * read(m, dtype)
             u = jnp.sign(m32) * -scalar(lr, dtype)
-            return pack(u.astype(out_dtype(g, p)), m32.astype(m.dtype))
+            return pack(u.astype(out_dtype(g, p)), write(m32, m))
 
         updates, ema = tree_map_unzip(
             _leaf,
@@ -202,6 +206,7 @@ Signum.__init__.__doc__ = r"""**Arguments:**
 - `learning_rate`: $\eta$; a number, an array, or a schedule.
 - `beta`: decay rate $\beta$ of the moving average, in `[0, 1)`.
 - `state_dtype`: dtype of the moving average (Optax's `accumulator_dtype`); default
-    the param's. (Static.)
+    the param's. An [`eqxopt.Quantized`][] (or a dict `{"ema": ...}`) quantizes it.
+    (Static.)
 """
 ScaleBySign.__init__.__doc__ = "**Arguments:** none."

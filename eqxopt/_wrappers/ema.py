@@ -5,8 +5,7 @@ from typing import Any, Generic
 
 import equinox as eqx
 import jax.numpy as jnp
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer, child_update, scalar_hyperparams
@@ -21,14 +20,14 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
 )
+from .._quantized import buffers_like, copy_like, dtype_of, read, Stored, write
 
 
 @typechecked
 class EMAState(eqx.Module):
     """State of [`eqxopt.EMA`][]: the step count and the moving average, one leaf per
-    param.
+    param (it may be quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -47,7 +46,7 @@ class EMAState(eqx.Module):
     """
 
     count: Int32[Array, ""]
-    ema: PyTree[Inexact[Array, "..."]]
+    ema: PyTree[Stored]
 
 
 class EMA(AbstractOptimizer[EMAState]):
@@ -79,23 +78,26 @@ class EMA(AbstractOptimizer[EMAState]):
 
     decay: ScalarLike
     debias: bool = eqx.field(default=True, static=True)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"ema": False}
 
     def __check_init__(self):
         check_hyperparams(self, unit_interval=("decay",))
 
     def init(self, params: Params) -> EMAState:
-        return EMAState(zero_count(), zeros_like(params, self.state_dtype))
+        ema = buffers_like(params, self.state_dtype, "ema", False)
+        return EMAState(zero_count(), ema)
 
     def update(self, grads: Updates, state: EMAState, params=None, **extra):
         count = increment(state.count)
 
         def _leaf(g, e, p):
-            dtype = compute_dtype(g.dtype, e.dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(e))
             decay = scalar(self.decay, dtype)
-            e32 = (1 - decay) * g.astype(dtype) + decay * e.astype(dtype)
+            e32 = (1 - decay) * g.astype(dtype) + decay * read(e, dtype)
             u = e32 / (1 - decay ** count.astype(dtype)) if self.debias else e32
-            return pack(u.astype(out_dtype(g, p)), e32.astype(e.dtype))
+            return pack(u.astype(out_dtype(g, p)), write(e32, e))
 
         updates, ema = tree_map_unzip(
             _leaf, 2, grads, state.ema, params, names=("grads", "state.ema", "params")
@@ -106,7 +108,8 @@ class EMA(AbstractOptimizer[EMAState]):
 @typechecked
 class ParamsEMAState(eqx.Module, Generic[State]):
     """State of [`eqxopt.ParamsEMA`][]: the wrapped optimizer's state, the number of
-    updates averaged, and the moving average of the params, one leaf per param.
+    updates averaged, and the moving average of the params, one leaf per param (it may
+    be quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -127,7 +130,7 @@ class ParamsEMAState(eqx.Module, Generic[State]):
 
     inner_state: State
     count: Int32[Array, ""]
-    ema: PyTree[Inexact[Array, "..."]]
+    ema: PyTree[Stored]
 
 
 class ParamsEMA(AbstractOptimizer[ParamsEMAState]):
@@ -166,7 +169,9 @@ class ParamsEMA(AbstractOptimizer[ParamsEMAState]):
     optimizer: AbstractOptimizer
     decay: ScalarLike = 0.999
     debias: bool = eqx.field(default=True, static=True)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"ema": False}
 
     def __check_init__(self):
         if not isinstance(self.optimizer, AbstractOptimizer):
@@ -178,13 +183,9 @@ class ParamsEMA(AbstractOptimizer[ParamsEMAState]):
 
     def init(self, params: Params) -> ParamsEMAState:
         if self.debias:
-            ema = zeros_like(params, self.state_dtype)
+            ema = buffers_like(params, self.state_dtype, "ema", False)
         else:
-            # A copy, so that (params, state) can be donated to a jitted step.
-            ema = tree_map(
-                lambda p: jnp.array(p, dtype=self.state_dtype or p.dtype, copy=True),
-                params,
-            )
+            ema = copy_like(params, self.state_dtype, "ema")
         return ParamsEMAState(self.optimizer.init(params), zero_count(), ema)
 
     def update(self, grads: Updates, state: ParamsEMAState, params=None, **extra):
@@ -196,10 +197,10 @@ class ParamsEMA(AbstractOptimizer[ParamsEMAState]):
         def _leaf(u, p, e):
             # The params exactly as `eqx.apply_updates` will produce them.
             new_p = (p + u.astype(p.dtype)).astype(p.dtype)
-            dtype = compute_dtype(new_p.dtype, e.dtype)
+            dtype = compute_dtype(new_p.dtype, dtype_of(e))
             decay = scalar(self.decay, dtype)
-            e32 = (1 - decay) * new_p.astype(dtype) + decay * e.astype(dtype)
-            return e32.astype(e.dtype)
+            e32 = (1 - decay) * new_p.astype(dtype) + decay * read(e, dtype)
+            return write(e32, e)
 
         ema = tree_map(
             _leaf, updates, params, state.ema, names=("updates", "params", "state.ema")
@@ -212,12 +213,12 @@ class ParamsEMA(AbstractOptimizer[ParamsEMAState]):
 
         def _leaf(p, e):
             if not self.debias:
-                return e.astype(p.dtype)
-            dtype = compute_dtype(p.dtype, e.dtype)
+                return read(e, p.dtype)
+            dtype = compute_dtype(p.dtype, dtype_of(e))
             decay = scalar(self.decay, dtype)
             correction = 1 - decay ** state.count.astype(dtype)
             safe = jnp.where(state.count == 0, jnp.ones_like(correction), correction)
-            avg = e.astype(dtype) / safe
+            avg = read(e, dtype) / safe
             return jnp.where(state.count == 0, p.astype(dtype), avg).astype(p.dtype)
 
         averaged = tree_map(_leaf, params, state.ema, names=("params", "state.ema"))
@@ -234,7 +235,8 @@ EMA.__init__.__doc__ = r"""**Arguments:**
 - `decay`: $\beta$, in `[0, 1)`.
 - `debias`: divide by $1 - \beta^k$. (Static.)
 - `state_dtype`: dtype of the average (Optax's `accumulator_dtype`); default the
-    param's. (Static.)
+    param's. An [`eqxopt.Quantized`][] (or a dict `{"ema": ...}`) quantizes it.
+    (Static.)
 """
 ParamsEMA.__init__.__doc__ = r"""**Arguments:**
 
@@ -243,5 +245,6 @@ ParamsEMA.__init__.__doc__ = r"""**Arguments:**
 - `debias`: start the average at 0 and divide by $1 - \beta^k$ (default), or start
     it at the initial params. (Static.)
 - `state_dtype`: dtype of the average (e.g. `jnp.float32` for low-precision
-    params); default the param's. (Static.)
+    params); default the param's. An [`eqxopt.Quantized`][] (or a dict
+    `{"ema": ...}`) quantizes it. (Static.)
 """

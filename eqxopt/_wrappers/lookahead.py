@@ -5,8 +5,7 @@ from typing import Any, Generic
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jax.typing import DTypeLike
-from jaxtyping import Array, Inexact, Int32, PyTree
+from jaxtyping import Array, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer, child_update, scalar_hyperparams
@@ -22,12 +21,14 @@ from .._misc import (
     typechecked,
     zero_count,
 )
+from .._quantized import copy_like, dtype_of, read, Stored, write
 
 
 @typechecked
 class LookaheadState(eqx.Module, Generic[State]):
     """State of [`eqxopt.Lookahead`][]: the fast optimizer's state, the number of fast
-    steps since the last synchronisation, and the slow params, one leaf per param.
+    steps since the last synchronisation, and the slow params, one leaf per param (they
+    may be quantized: [`eqxopt.Quantized`][]).
 
     !!! Example
 
@@ -48,7 +49,7 @@ class LookaheadState(eqx.Module, Generic[State]):
 
     fast_state: State
     steps_since_sync: Int32[Array, ""]
-    slow_params: PyTree[Inexact[Array, "..."]]
+    slow_params: PyTree[Stored]
 
 
 class Lookahead(AbstractOptimizer[LookaheadState]):
@@ -100,7 +101,9 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
     sync_period: int = eqx.field(static=True)
     slow_step_size: ScalarLike
     reset_state: bool = eqx.field(default=False, static=True)
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
+
+    _state_buffers = {"slow_params": False}
 
     def __check_init__(self):
         if not isinstance(self.fast_optimizer, AbstractOptimizer):
@@ -115,11 +118,7 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
         )
 
     def init(self, params: Params) -> LookaheadState:
-        # A copy (never the params' own buffers), so that (params, state) can be
-        # donated to a jitted step.
-        slow = tree_map(
-            lambda p: jnp.array(p, dtype=self.state_dtype or p.dtype, copy=True), params
-        )
+        slow = copy_like(params, self.state_dtype, "slow_params")
         return LookaheadState(self.fast_optimizer.init(params), zero_count(), slow)
 
     def update(self, grads: Updates, state: LookaheadState, params=None, **extra):
@@ -130,8 +129,8 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
         sync = state.steps_since_sync == self.sync_period - 1
 
         def _leaf(u, p, s):
-            dtype = compute_dtype(u.dtype, p.dtype, s.dtype)
-            u32, s32 = u.astype(dtype), s.astype(dtype)
+            dtype = compute_dtype(u.dtype, p.dtype, dtype_of(s))
+            u32, s32 = u.astype(dtype), read(s, dtype)
             alpha = scalar(self.slow_step_size, dtype)
             p32 = p.astype(dtype)
             new_s = jnp.where(sync, s32 + alpha * (p32 + u32 - s32), s32)
@@ -141,7 +140,7 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
             # a jitted step with the state donated XLA updates the slow params and
             # then the params in place, instead of first copying both.
             new_u = jnp.where(sync, new_s - p32, u32)
-            return pack(new_u.astype(out_dtype(u, p)), new_s.astype(s.dtype))
+            return pack(new_u.astype(out_dtype(u, p)), write(new_s, s))
 
         updates, slow = tree_map_unzip(
             _leaf,
@@ -165,7 +164,7 @@ class Lookahead(AbstractOptimizer[LookaheadState]):
         """The slow params, in the params' dtypes (non-array leaves are taken from
         `params`)."""
         slow = tree_map(
-            lambda p, s: s.astype(p.dtype),
+            lambda p, s: read(s, p.dtype),
             params,
             state.slow_params,
             names=("params", "state.slow_params"),
@@ -188,5 +187,6 @@ Lookahead.__init__.__doc__ = r"""**Arguments:**
 - `reset_state`: reset the fast optimizer's state (to its `init`) at each
     synchronisation. (Static.)
 - `state_dtype`: dtype of the slow params (e.g. `jnp.float32` for low-precision
-    params); default the param's. (Static.)
+    params); default the param's. An [`eqxopt.Quantized`][] (or a dict
+    `{"slow_params": ...}`) quantizes them. (Static.)
 """

@@ -4,7 +4,8 @@ fused `ScheduleFreeSGD` and `ScheduleFreeAdamW`.
 Three sequences: the params hold $y$ (where gradients are taken), the state holds $z$
 (the base optimizer's iterate), and $x$ (the average, used for evaluation) is recovered
 from the two by `eval_params`. Per leaf the update is computed in at least float32 and
-returned in the param's dtype; $z$ keeps its own dtype (the param's, or `state_dtype`).
+returned in the param's dtype; $z$ keeps its own dtype (the param's, or `state_dtype`,
+which may also quantize it: `eqxopt.Quantized`).
 """
 
 from typing import Any
@@ -12,8 +13,7 @@ from typing import Any
 import equinox as eqx
 import jax.numpy as jnp
 import jax.tree_util as jtu
-from jax.typing import DTypeLike
-from jaxtyping import Array, Float, Inexact, Int32, PyTree
+from jaxtyping import Array, Float, Int32, PyTree
 
 from .._checks import check_hyperparams, need_params
 from .._core.base import AbstractOptimizer, child_update, scalar_hyperparams
@@ -32,7 +32,14 @@ from .._misc import (
     tree_map_unzip,
     typechecked,
     zero_count,
-    zeros_like,
+)
+from .._quantized import (
+    buffers_like,
+    copy_like,
+    dtype_of,
+    read,
+    Stored,
+    write,
 )
 
 
@@ -43,8 +50,9 @@ from .._misc import (
 class ScheduleFreeState(eqx.Module):
     """State of [`eqxopt.ScheduleFree`][]: the step count, the running maximum of the
     learning rate and the sum of averaging weights (float32 scalars, float64 for
-    float64 params), the $z$ sequence (one leaf per param), and the inner optimizer's
-    state.
+    float64 params), the $z$ sequence (one leaf per param, an
+    [`eqxopt.QuantizedArray`][] with a quantized `state_dtype`), and the inner
+    optimizer's state.
 
     !!! Example
 
@@ -63,7 +71,7 @@ class ScheduleFreeState(eqx.Module):
     count: Int32[Array, ""]
     max_lr: Float[Array, ""]
     weight_sum: Float[Array, ""]
-    z: PyTree[Inexact[Array, "..."]]
+    z: PyTree[Stored]
     inner_state: Any
 
 
@@ -71,7 +79,8 @@ class ScheduleFreeState(eqx.Module):
 class ScheduleFreeSGDState(eqx.Module):
     """State of [`eqxopt.ScheduleFreeSGD`][]: the step count, the running maximum of
     the learning rate and the sum of averaging weights (float32 scalars, float64 for
-    float64 params), and the $z$ sequence (one leaf per param).
+    float64 params), and the $z$ sequence (one leaf per param, an
+    [`eqxopt.QuantizedArray`][] with a quantized `state_dtype`).
 
     !!! Example
 
@@ -93,13 +102,13 @@ class ScheduleFreeSGDState(eqx.Module):
     count: Int32[Array, ""]
     max_lr: Float[Array, ""]
     weight_sum: Float[Array, ""]
-    z: PyTree[Inexact[Array, "..."]]
+    z: PyTree[Stored]
 
 
 @typechecked
 class ScheduleFreeAdamWState(eqx.Module):
     """State of [`eqxopt.ScheduleFreeAdamW`][]: as [`eqxopt.ScheduleFreeSGDState`][],
-    plus the second moment `nu` (one leaf per param).
+    plus the second moment `nu` (one leaf per param; both may be quantized).
 
     !!! Example
 
@@ -118,8 +127,8 @@ class ScheduleFreeAdamWState(eqx.Module):
     count: Int32[Array, ""]
     max_lr: Float[Array, ""]
     weight_sum: Float[Array, ""]
-    z: PyTree[Inexact[Array, "..."]]
-    nu: PyTree[Inexact[Array, "..."]]
+    z: PyTree[Stored]
+    nu: PyTree[Stored]
 
 
 # --- shared pieces -------------------------------------------------------------------
@@ -138,10 +147,7 @@ def _init_scalars(params):
 
 
 def _init_z(params, state_dtype):
-    # A copy (not an alias of the params' buffers), so both can be donated to a jit.
-    return tree_map(
-        lambda p: jnp.array(p, dtype=state_dtype or p.dtype, copy=True), params
-    )
+    return copy_like(params, state_dtype, "z")
 
 
 def _warmup(learning_rate, warmup_steps, count, dtype):
@@ -191,9 +197,9 @@ def _eval_params(b1, z_tree, params):
     leaf that is not optimised is returned unchanged."""
 
     def _leaf(p, z):
-        dtype = compute_dtype(p.dtype, z.dtype)
+        dtype = compute_dtype(p.dtype, dtype_of(z))
         y = p.astype(dtype)
-        x = y + (1 - 1 / scalar(b1, dtype)) * (z.astype(dtype) - y)
+        x = y + (1 - 1 / scalar(b1, dtype)) * (read(z, dtype) - y)
         return x.astype(p.dtype)
 
     xs = tree_map(_leaf, params, z_tree, names=("params", "state.z"))
@@ -261,7 +267,7 @@ class ScheduleFree(AbstractOptimizer[ScheduleFreeState]):
     learning_rate: ScalarOrSchedule
     b1: ScalarLike = 0.9
     weight_lr_power: ScalarLike = 2.0
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         if not isinstance(self.optimizer, AbstractOptimizer):
@@ -272,6 +278,8 @@ class ScheduleFree(AbstractOptimizer[ScheduleFreeState]):
             )
         check_hyperparams(self, nonnegative=("learning_rate", "weight_lr_power"))
         _check_b1(self)
+
+    _state_buffers = {"z": False}
 
     def init(self, params: Params) -> ScheduleFreeState:
         count, max_lr, weight_sum = _init_scalars(params)
@@ -298,15 +306,15 @@ class ScheduleFree(AbstractOptimizer[ScheduleFreeState]):
         )
 
         def _leaf(u, z, y):
-            dtype = compute_dtype(u.dtype, z.dtype, y.dtype)
+            dtype = compute_dtype(u.dtype, dtype_of(z), y.dtype)
             update, new_z = _y_step(
                 u.astype(dtype),
-                z.astype(dtype),
+                read(z, dtype),
                 y.astype(dtype),
                 c.astype(dtype),
                 scalar(self.b1, dtype),
             )
-            return pack(update.astype(y.dtype), new_z.astype(z.dtype))
+            return pack(update.astype(y.dtype), write(new_z, z))
 
         updates, z = tree_map_unzip(
             _leaf,
@@ -342,7 +350,8 @@ ScheduleFree.__init__.__doc__ = r"""**Arguments:**
 - `b1`: the interpolation $\beta_1$ between $x$ and $z$, in `(0, 1]`.
 - `weight_lr_power`: $p$; the averaging weights are $\gamma_{\max}^p$ (0 for uniform
     averaging).
-- `state_dtype`: dtype of $z$; default the param's. (Static.)
+- `state_dtype`: dtype of $z$; default the param's. An [`eqxopt.Quantized`][] (or a
+    dict `{"z": ...}`) quantizes $z$, initially the params. (Static.)
 """
 
 
@@ -396,7 +405,7 @@ class ScheduleFreeSGD(AbstractOptimizer[ScheduleFreeSGDState]):
     b1: ScalarLike = 0.9
     weight_decay: ScalarOrSchedule | None = None
     weight_lr_power: ScalarLike = 2.0
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(
@@ -409,6 +418,8 @@ class ScheduleFreeSGD(AbstractOptimizer[ScheduleFreeSGDState]):
             ),
         )
         _check_b1(self)
+
+    _state_buffers = {"z": False}
 
     def init(self, params: Params) -> ScheduleFreeSGDState:
         count, max_lr, weight_sum = _init_scalars(params)
@@ -438,15 +449,15 @@ class ScheduleFreeSGD(AbstractOptimizer[ScheduleFreeSGDState]):
         )
 
         def _leaf(g, z, y):
-            dtype = compute_dtype(g.dtype, z.dtype, y.dtype)
-            g, z32, y32 = g.astype(dtype), z.astype(dtype), y.astype(dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(z), y.dtype)
+            g, z32, y32 = g.astype(dtype), read(z, dtype), y.astype(dtype)
             if wd is not None:
                 g = g + scalar(wd, dtype) * y32
             u = -lr.astype(dtype) * g
             update, new_z = _y_step(
                 u, z32, y32, c.astype(dtype), scalar(self.b1, dtype)
             )
-            return pack(update.astype(y.dtype), new_z.astype(z.dtype))
+            return pack(update.astype(y.dtype), write(new_z, z))
 
         updates, z = tree_map_unzip(
             _leaf, 2, grads, state.z, params, names=("grads", "state.z", "params")
@@ -471,7 +482,8 @@ ScheduleFreeSGD.__init__.__doc__ = r"""**Arguments:**
 - `weight_decay`: $\lambda$, evaluated at $y$ and multiplied by the learning rate;
     `None` (default) for none.
 - `weight_lr_power`: $p$; the averaging weights are $\gamma_{\max}^p$.
-- `state_dtype`: dtype of $z$; default the param's. (Static.)
+- `state_dtype`: dtype of $z$; default the param's. An [`eqxopt.Quantized`][] (or a
+    dict `{"z": ...}`) quantizes $z$, initially the params. (Static.)
 """
 
 
@@ -531,7 +543,7 @@ class ScheduleFreeAdamW(AbstractOptimizer[ScheduleFreeAdamWState]):
     eps: ScalarLike = 1e-8
     weight_decay: ScalarOrSchedule = 0.0
     weight_lr_power: ScalarLike = 2.0
-    state_dtype: DTypeLike | None = eqx.field(default=None, static=True)
+    state_dtype: object = eqx.field(default=None, static=True)
 
     def __check_init__(self):
         check_hyperparams(
@@ -547,9 +559,11 @@ class ScheduleFreeAdamW(AbstractOptimizer[ScheduleFreeAdamWState]):
         )
         _check_b1(self)
 
+    _state_buffers = {"z": False, "nu": True}
+
     def init(self, params: Params) -> ScheduleFreeAdamWState:
         count, max_lr, weight_sum = _init_scalars(params)
-        nu = zeros_like(params, self.state_dtype)
+        nu = buffers_like(params, self.state_dtype, "nu", True)
         return ScheduleFreeAdamWState(
             count, max_lr, weight_sum, _init_z(params, self.state_dtype), nu
         )
@@ -573,10 +587,10 @@ class ScheduleFreeAdamW(AbstractOptimizer[ScheduleFreeAdamWState]):
         count = increment(state.count)
 
         def _leaf(g, z, v, y):
-            dtype = compute_dtype(g.dtype, z.dtype, v.dtype, y.dtype)
-            g32, z32, y32 = g.astype(dtype), z.astype(dtype), y.astype(dtype)
+            dtype = compute_dtype(g.dtype, dtype_of(z), dtype_of(v), y.dtype)
+            g32, z32, y32 = g.astype(dtype), read(z, dtype), y.astype(dtype)
             b2 = scalar(self.b2, dtype)
-            v32 = b2 * v.astype(dtype) + (1 - b2) * abs_sq(g32)
+            v32 = b2 * read(v, dtype) + (1 - b2) * abs_sq(g32)
             v_hat = v32 / (1 - b2 ** count.astype(v32.dtype))
             d = g32 / (jnp.sqrt(v_hat) + scalar(self.eps, v32.dtype))
             d = d + scalar(wd, dtype) * y32
@@ -584,9 +598,7 @@ class ScheduleFreeAdamW(AbstractOptimizer[ScheduleFreeAdamWState]):
             update, new_z = _y_step(
                 u, z32, y32, c.astype(dtype), scalar(self.b1, dtype)
             )
-            return pack(
-                update.astype(y.dtype), new_z.astype(z.dtype), v32.astype(v.dtype)
-            )
+            return pack(update.astype(y.dtype), write(new_z, z), write(v32, v))
 
         updates, z, nu = tree_map_unzip(
             _leaf,
@@ -618,5 +630,7 @@ ScheduleFreeAdamW.__init__.__doc__ = r"""**Arguments:**
 - `eps`: $\epsilon$, added outside the square root.
 - `weight_decay`: $\lambda$, evaluated at $y$ and multiplied by the learning rate.
 - `weight_lr_power`: $p$; the averaging weights are $\gamma_{\max}^p$.
-- `state_dtype`: dtype of $z$ and $v$; default the param's. (Static.)
+- `state_dtype`: dtype of $z$ and $v$; default the param's. An
+    [`eqxopt.Quantized`][] quantizes both, a dict keyed by `"z"` and `"nu"` each.
+    (Static.)
 """
