@@ -303,7 +303,9 @@ def test_matrix_free_solve_holds_no_jacobian(solver):
     method = getattr(eqxopt, solver)(jac="matrix-free")
     solve = jax.jit(lambda y0: eqxopt.least_squares(res, method, y0, data))
     compiled = solve.lower(jnp.zeros(n)).compile()
-    temporaries = compiled.memory_analysis().temp_size_in_bytes
+    memory = compiled.memory_analysis()
+    assert memory is not None
+    temporaries = memory.temp_size_in_bytes
     assert temporaries < 50 * (m + n) * 8 < m * n * 8 / 10, temporaries
     if solver == "TrustRegionReflective":  # (LM's CG steps take 40 s to converge)
         sol = compiled(jnp.zeros(n))
