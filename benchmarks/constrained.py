@@ -6,8 +6,10 @@ and the geometric mean of the ratio of evaluations), then `NewtonCG` against Sci
 several starts) and on a 10,000-variable convex quadratic (with compile and run
 times).
 
-Run: `PYTHONPATH=. python benchmarks/constrained.py` (float64)."""
+Run: `PYTHONPATH=. python benchmarks/constrained.py` (float64); `--quick` (a smoke
+test) takes the first Rosenbrock start and a 1,000-variable quadratic."""
 
+import argparse
 import math
 import pathlib
 import sys
@@ -63,7 +65,7 @@ def constrained():
     )
 
 
-def newton_cg():
+def newton_cg(quick: bool = False):
     print("\nNewtonCG() vs SciPy trust-ncg, Rosenbrock n=100 (atol = gtol = 1e-8)")
     n = 100
     starts = {
@@ -76,6 +78,8 @@ def newton_cg():
         starts[f"uniform(-2, 2) #{k}"] = jax.random.uniform(
             key, (n,), minval=-2, maxval=2
         )
+    if quick:
+        starts = dict(list(starts.items())[:1])
     fe, hv = [], []
     for name, y0 in starts.items():
         sol = eqxopt.minimize(
@@ -92,7 +96,7 @@ def newton_cg():
     g = lambda r: math.exp(sum(map(math.log, r)) / len(r))
     print(f"  geometric mean ratio: fevals {g(fe):.3f}, hvps {g(hv):.3f}")
 
-    n = 10_000
+    n = 1_000 if quick else 10_000
     args = jnp.linspace(-1.0, 1.0, n)
     y0 = jnp.zeros(n)
     solve = jax.jit(
@@ -111,7 +115,7 @@ def newton_cg():
     ref = _trust_ncg(quadratic, y0, args, 1e-8)
     scipy_s = time.perf_counter() - t
     print(
-        f"\nconvex quadratic n=10,000: eqxopt fevals {int(sol.stats['num_fevals'])}, "
+        f"\nconvex quadratic n={n:,}: eqxopt fevals {int(sol.stats['num_fevals'])}, "
         f"hvps {int(sol.stats['num_hvps'])}; trust-ncg fevals {ref.nfev}, hvps "
         f"{ref.nhev}; max|x - x_scipy| {float(jnp.max(jnp.abs(sol.value - ref.x))):.1e}"
     )
@@ -122,5 +126,8 @@ def newton_cg():
 
 
 if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="a smoke test")
+    quick = parser.parse_args().quick
     constrained()
-    newton_cg()
+    newton_cg(quick)
