@@ -37,11 +37,12 @@ the load as much as the optimizer (their measured seconds are printed too).
 its sweep with float32), in seven configurations: float32 params and state (the
 reference), int8, int4 and fp8 state (`eqxopt.Quantized`), and bfloat16 params with
 float32 state, plainly rounded, with `eqxopt.StochasticRounding` and with
-`eqxopt.Compensated` (the forward and backward in float32 on the params upcast). Same
-initial model (rounded to bfloat16 for those), batches, steps and schedule; `--seeds
-N` repeats it for seeds 0..N-1. It prints the final validation losses, their
-difference to float32's, the state's bytes per param and the targets of
-`docs/memory_precision.md` ("Loss at equal steps").
+`eqxopt.Compensated` (the forward and backward in float32 on the params upcast);
+with `--only`, also fp8 for one moment and int8 for the other (`fp8_int8`,
+`int8_fp8`). Same initial model (rounded to bfloat16 for those), batches, steps and
+schedule; `--seeds N` repeats it for seeds 0..N-1. It prints the final validation
+losses, their difference to float32's, the state's bytes per param and the targets
+of `docs/memory_precision.md` ("Loss at equal steps").
 
     python benchmarks/lm.py --quick                 # a tiny model, CI (seconds)
     python benchmarks/lm.py --plot                   # the default sweep
@@ -437,6 +438,21 @@ PRECISIONS = {
     "int8": ("int8 state", jnp.float32, eqxopt.Quantized("int8"), None, 0.5),
     "int4": ("int4 state", jnp.float32, eqxopt.Quantized("int4"), None, 1.5),
     "fp8": ("fp8 state", jnp.float32, eqxopt.Quantized("fp8"), None, 1.5),
+    # fp8 for one moment, int8 for the other (the same memory).
+    "fp8_int8": (
+        "fp8 first moment, int8 second",
+        jnp.float32,
+        {"mu": eqxopt.Quantized("fp8"), "nu": eqxopt.Quantized("int8")},
+        None,
+        1.5,
+    ),
+    "int8_fp8": (
+        "int8 first moment, fp8 second",
+        jnp.float32,
+        {"mu": eqxopt.Quantized("int8"), "nu": eqxopt.Quantized("fp8")},
+        None,
+        1.5,
+    ),
     "bf16": ("bfloat16 params", jnp.bfloat16, jnp.float32, None, "worse"),
     "bf16_sr": (
         "bfloat16 + StochasticRounding",
@@ -453,6 +469,10 @@ PRECISIONS = {
         0.5,
     ),
 }
+
+
+# Run only when named in `--only`: fp8 for one moment and int8 for the other.
+ONLY_ASKED = ("fp8_int8", "int8_fp8")
 
 
 def cast(tree, dtype):
@@ -542,7 +562,8 @@ def plot_precision(runs, names, path, caption):
 def precision_main(args, cfg, info, train_data, train_dev, evaluate):
     """AdamW at one learning rate, float32 against quantized state and bfloat16
     params: the same init, batches, steps and schedule for each configuration."""
-    names = list(PRECISIONS) if args.only is None else args.only.split(",")
+    default = [n for n in PRECISIONS if n not in ONLY_ASKED]
+    names = default if args.only is None else args.only.split(",")
     if "float32" not in names:
         names.insert(0, "float32")
     seeds = list(range(args.seeds))
