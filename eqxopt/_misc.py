@@ -278,6 +278,23 @@ def sharded_like(x: Array, ref: Any) -> Array:
     return jax.sharding.reshard(x, want)
 
 
+def explicit_sharding(x: Any) -> Any:
+    """`x`'s sharding if `x` is a traced array sharded over `Explicit` mesh axes
+    (sharding in types), else `None`. With `Auto` axes the types carry no sharding
+    and GSPMD places every op itself; with `Explicit` axes an op whose output
+    sharding cannot be inferred (a gather along a sharded axis, a `where` of
+    differently sharded operands) must be given one: the callers pass this one
+    back (`x.at[...].get(out_sharding=...)`, `jax.sharding.reshard`)."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    if spec is None or all(s is None for s in spec):
+        return None
+    mesh = getattr(sharding, "mesh")
+    if not any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
+        return None
+    return sharding
+
+
 def compute_dtype(*dtypes) -> np.dtype:
     """The dtype per-leaf arithmetic runs in: the promotion of `dtypes` and float32.
 

@@ -29,10 +29,16 @@ import jax.core
 import jax.lax as lax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import AxisType, NamedSharding, PartitionSpec
+from jax.sharding import NamedSharding, PartitionSpec
 from jaxtyping import Array, Float32, Inexact, UInt8
 
-from ._misc import full_like_leaf, OpaqueLeaf, tree_map, typechecked
+from ._misc import (
+    explicit_sharding,
+    full_like_leaf,
+    OpaqueLeaf,
+    tree_map,
+    typechecked,
+)
 
 
 FORMATS = ("int8", "int4", "fp8")
@@ -176,7 +182,7 @@ class QuantizedArray(OpaqueLeaf):
             values = _look_up(qmap(self.format, self.signed), codes)
         out = values * self.scales[:, None]
         split = _split_axes(self.codes)
-        if split is None:  # the usual case: no mesh with `Explicit` axes
+        if split is None:  # the usual case: codes not sharded in their type
             return out.reshape(-1)[: self.size].reshape(self.shape)
         # Sharding in types: the blocks of a split buffer are its param's rows.
         rest = (None,) * (len(self.shape) - 1)
@@ -363,14 +369,12 @@ def _look_up(table: np.ndarray, index: Array) -> Array:
     """`table[index]` for indices known to be in range (uint8 codes into a table of
     256 or fewer entries, 16-bit buckets into one of 65,536): no clamping."""
     index = index.astype(jnp.int32)
-    # On a mesh with `Explicit` axes the result is sharded as the indices are (the
-    # table is replicated).
-    sharding = jax.typeof(index).sharding
-    explicit = any(t == AxisType.Explicit for t in sharding.mesh.axis_types)
+    # Indices sharded over `Explicit` mesh axes: the result is sharded as they are
+    # (the table is replicated).
     return (
         jnp.asarray(table)
         .at[index]
-        .get(mode="promise_in_bounds", out_sharding=sharding if explicit else None)
+        .get(mode="promise_in_bounds", out_sharding=explicit_sharding(index))
     )
 
 
@@ -459,10 +463,11 @@ def empty(shape: tuple[int, ...], spec: Quantized, signed: bool) -> QuantizedArr
 
 
 def _split_axes(x: Array) -> Any:
-    """On a mesh with `Explicit` axes (sharding in types), the mesh axes splitting
-    `x`'s first dimension (`()` if none); `None` on any other mesh or none."""
-    sharding = jax.typeof(x).sharding
-    if not any(t == AxisType.Explicit for t in sharding.mesh.axis_types):
+    """For `x` sharded over `Explicit` mesh axes (sharding in types), the mesh axes
+    splitting its first dimension (`()` if none); `None` for an `x` not sharded in
+    its type (its reshapes need no sharding)."""
+    sharding = explicit_sharding(x)
+    if sharding is None:
         return None
     first = sharding.spec[0] if len(sharding.spec) else None
     return () if first is None else first

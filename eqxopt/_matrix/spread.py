@@ -5,8 +5,9 @@
     `vmap`-ed on accelerators, a `lax.map` loop on CPU) and split over the devices
     of the params' mesh (the `spread` option of SOAP, Shampoo, Kron, Muon and
     NorMuon);
-- [`explicit_sharding`][], [`gathered`][], [`take`][]: what ops whose output sharding
-    cannot be inferred need on `Explicit` mesh axes.
+- [`gathered`][], [`take`][]: what ops whose output sharding cannot be inferred need
+    on `Explicit` mesh axes (with `eqxopt._misc.explicit_sharding`, re-exported
+    here).
 """
 
 import dataclasses
@@ -20,22 +21,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
-
-def explicit_sharding(x: Any) -> Any:
-    """`x`'s sharding if `x` is a traced array sharded over `Explicit` mesh axes
-    (sharding in types), else `None`. With `Auto` axes the types carry no sharding
-    and GSPMD places every op itself; with `Explicit` axes an op whose output
-    sharding cannot be inferred (a gather along a sharded axis, a `where` of
-    differently sharded operands) must be given one: the callers pass this one
-    back (`x.at[...].get(out_sharding=...)`, `jax.sharding.reshard`)."""
-    sharding = getattr(jax.typeof(x), "sharding", None)
-    spec = getattr(sharding, "spec", None)
-    if spec is None or all(s is None for s in spec):
-        return None
-    mesh = getattr(sharding, "mesh")
-    if not any(t == jax.sharding.AxisType.Explicit for t in mesh.axis_types):
-        return None
-    return sharding
+from .._misc import explicit_sharding as explicit_sharding
 
 
 def gathered(x: Array) -> Array:
