@@ -19,6 +19,7 @@ here, code for code, by two look-ups in tables built from that search), fp8 cast
 """
 
 import dataclasses
+import functools as ft
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -172,26 +173,37 @@ class QuantizedArray(OpaqueLeaf):
 
     def decode(self) -> Float32[Array, "..."]:
         """The stored values as float32, of the param's shape."""
-        if self.format == "fp8":
-            values = _fp8_decode(self.codes)
-        else:
-            codes = self.codes
-            if self.format == "int4":  # unpack: high nibble first (torchao)
-                codes = jnp.stack([codes >> 4, codes & 0b1111], axis=-1)
-                codes = codes.reshape(codes.shape[0], -1)
-            values = _look_up(qmap(self.format, self.signed), codes)
-        out = values * self.scales[:, None]
-        split = _split_axes(self.codes)
-        if split is None:  # the usual case: codes not sharded in their type
-            return out.reshape(-1)[: self.size].reshape(self.shape)
-        # Sharding in types: the blocks of a split buffer are its param's rows.
-        rest = (None,) * (len(self.shape) - 1)
-        flat = _reshape(out, (-1,), PartitionSpec(split) if split else None)
-        return _reshape(flat[: self.size], self.shape, PartitionSpec(split, *rest))
+        return _decode(self.codes, self.scales, self.shape, self.format, self.signed)
 
 
 # The annotation of a state field holding param-mirroring buffers.
 Stored = Inexact[Array, "..."] | QuantizedArray
+
+
+# Encoding and decoding are traced once per shape, dtype and format and the trace is
+# reused (`jax.jit(..., inline=True)`: the cached jaxpr is inlined into the caller's,
+# so the compiled program is the same as without): a model's many leaves of one shape,
+# and every step function that reads or writes them, then cost one trace, not one each.
+@ft.partial(jax.jit, static_argnums=(2, 3, 4), inline=True)
+def _decode(
+    codes: Array, scales: Array, shape: tuple[int, ...], format: str, signed: bool
+) -> Array:
+    if format == "fp8":
+        values = _fp8_decode(codes)
+    else:
+        indices = codes
+        if format == "int4":  # unpack: high nibble first (torchao)
+            indices = jnp.stack([codes >> 4, codes & 0b1111], axis=-1)
+            indices = indices.reshape(codes.shape[0], -1)
+        values = _look_up(qmap(format, signed), indices)
+    out = values * scales[:, None]
+    split = _split_axes(codes)
+    if split is None:  # the usual case: codes not sharded in their type
+        return out.reshape(-1)[: math.prod(shape)].reshape(shape)
+    # Sharding in types: the blocks of a split buffer are its param's rows.
+    rest = (None,) * (len(shape) - 1)
+    flat = _reshape(out, (-1,), PartitionSpec(split) if split else None)
+    return _reshape(flat[: math.prod(shape)], shape, PartitionSpec(split, *rest))
 
 
 # --- quantization maps --------------------------------------------------------------
@@ -414,36 +426,40 @@ def _fp8_bits(y: Array) -> Array:
 
 def encode(x: Array, like: QuantizedArray) -> QuantizedArray:
     """`x` (of `like.shape`) quantized in `like`'s format, block size and map."""
-    block = like.block_size
+    codes, scales = _encode(x, like.block_size, like.format, like.signed)
+    return QuantizedArray(codes, scales, like.shape, like.format, like.signed)
+
+
+@ft.partial(jax.jit, static_argnums=(1, 2, 3), inline=True)  # (see `_decode`)
+def _encode(x: Array, block: int, format: str, signed: bool) -> tuple[Array, Array]:
     flat = _flatten(x.astype(jnp.float32), block)
     whole = flat.shape[0] // block * block
     if whole == flat.shape[0]:
         split = _split_axes(flat)
         blocks = _reshape(flat, (-1, block), PartitionSpec(split) if split else None)
-        codes, scales = _encode_blocks(blocks, like)
-    else:
-        # The whole blocks and the zero-padded last one apart: padding the whole
-        # buffer would make XLA store the padded values before encoding them.
-        last = jnp.concatenate(
-            [flat[whole:], jnp.zeros(whole + block - flat.shape[0], jnp.float32)]
-        )
-        parts = [_encode_blocks(last[None], like)]
-        if whole:
-            parts.insert(0, _encode_blocks(flat[:whole].reshape(-1, block), like))
-        codes, scales = (jnp.concatenate(p) for p in zip(*parts))
-    return QuantizedArray(codes, scales, like.shape, like.format, like.signed)
+        return _encode_blocks(blocks, format, signed)
+    # The whole blocks and the zero-padded last one apart: padding the whole
+    # buffer would make XLA store the padded values before encoding them.
+    last = jnp.concatenate(
+        [flat[whole:], jnp.zeros(whole + block - flat.shape[0], jnp.float32)]
+    )
+    parts = [_encode_blocks(last[None], format, signed)]
+    if whole:
+        parts.insert(0, _encode_blocks(flat[:whole].reshape(-1, block), format, signed))
+    codes, scales = (jnp.concatenate(p) for p in zip(*parts))
+    return codes, scales
 
 
-def _encode_blocks(blocks: Array, like: QuantizedArray) -> tuple[Array, Array]:
+def _encode_blocks(blocks: Array, format: str, signed: bool) -> tuple[Array, Array]:
     """The codes and scales of `[blocks, block_size]` float32 values."""
     absmax = _absmax(blocks)
-    if like.format == "fp8":
+    if format == "fp8":
         scales = jnp.maximum(absmax, 1e-12) / _FP8_MAX
         codes = _fp8_bits(blocks / scales[:, None])
     else:
         scales = jnp.maximum(absmax, 1e-12)
-        codes = _nearest_code(blocks / scales[:, None], like.format, like.signed)
-        if like.format == "int4":
+        codes = _nearest_code(blocks / scales[:, None], format, signed)
+        if format == "int4":
             codes = (codes[:, 0::2] << 4) | codes[:, 1::2]
     return codes, scales
 
