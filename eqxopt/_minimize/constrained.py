@@ -81,9 +81,15 @@ class AugmentedLagrangian(AbstractSolver):
 
     The first penalty is ALGENCAN's, $\rho_1 = \max(10^{-8}, \min(10\max(1, |f|) /
     \max(1, \tfrac12\|h\|^2 + \tfrac12\|\max(0, -c)\|^2), 10^8))$ at `y0`. Each inner
-    solve starts from the last point with a fresh inner state; its gradient tolerance
-    starts at `max(atol, initial_tolerance)` and shrinks by 10 per outer iteration
-    (to `atol` at once when the constraints hold). The solve has converged when the
+    solve starts from the last point with the inner solver's state where the last
+    one ended (L-BFGS-B keeps its curvature pairs: the function changes only by the
+    multipliers and the penalty); its gradient tolerance starts at `max(atol,
+    initial_tolerance)` and shrinks by 10 per outer iteration (to `atol` at once when
+    the constraints hold). `fn` and the constraints are evaluated together once per
+    outer iteration outside the inner solve, at its end point, through `jax.vjp`: the
+    values update the multipliers and the penalty, and the pull-back of the new
+    function's partial derivatives is its gradient there, which starts the next
+    inner solve. The solve has converged when the
     constraint violation and the complementarity $\max_j |\min(c_j, \mu_j)|$ are at
     most `atol` and the projected gradient of the Lagrangian
     $\nabla f - J_h^\top \lambda - J_c^\top \mu$ passes `minimize`'s test at `atol`.
