@@ -171,23 +171,7 @@ def _slsqp(name):
     )
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(
-            name,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="from HS15's standard start the augmented Lagrangian reaches "
-                "the other local minimum, (-0.79, -1.26) with f = 360.4 (a KKT point: "
-                "test_hs15_ends_at_a_kkt_point); SLSQP reaches the published one",
-            ),
-        )
-        if name == "hs15"
-        else name
-        for name in PROBLEMS
-    ],
-)
+@pytest.mark.parametrize("name", list(PROBLEMS))
 def test_published_solutions_as_slsqp(name):
     _, _, _, _, _, y_star, f_star = PROBLEMS[name]()
     sol, ref = _solved(name)
@@ -207,7 +191,8 @@ def test_published_solutions_as_slsqp(name):
 def test_multipliers_satisfy_kkt(name):
     # grad f = J_eq^T lam + J_ineq^T mu, mu >= 0, mu * ineq = 0 (SciPy's convention),
     # in the variables whose bounds are inactive at the solution (else the bounds'
-    # own multipliers enter): HS21's and HS71's x1 sit at their lower bounds.
+    # own multipliers enter): HS21's and HS71's x1 sit at their lower bounds, HS15's
+    # at its upper one.
     loss, eq, ineq, _, _, _, _ = PROBLEMS[name]()
     sol, ref = _solved(name)
     assert sol.result == eqxopt.RESULTS.successful
@@ -224,12 +209,9 @@ def test_multipliers_satisfy_kkt(name):
         assert np.all(mu >= 0)
         assert np.allclose(mu * jnp.atleast_1d(ineq(y, None)), 0, atol=1e-5)
         residual -= jnp.atleast_2d(jax.jacobian(ineq)(y, None)).T @ mu
-    free = slice(1, None) if name in ("hs21", "hs71") else slice(None)
-    # (The inner solve stops at max|grad| <= atol + rtol |loss|: 3.6e-4 on HS15.)
+    free = slice(1, None) if name in ("hs21", "hs71", "hs15") else slice(None)
+    # (The inner solve stops at max|grad| <= atol + rtol |loss|: 3.1e-4 on HS15.)
     assert np.allclose(residual[free], 0, atol=1e-5 + 1e-6 * abs(float(sol.loss)))
-    if name == "hs15":  # another local minimum than SLSQP's
-        assert np.allclose(sol.value, [-0.7921, -1.2624], atol=1e-4)
-        return
     ours = np.concatenate(
         [
             np.atleast_1d(_multipliers(sol)[k])
@@ -306,9 +288,12 @@ def test_jit_vmap_lanes_equal_single_solves():
         single = _circle(y0[i], radius[i])
         lane = jax.tree.map(lambda x: x[i], batch)
         assert bool(lane.result == single.result)
-        # (Equal up to rounding: batched reductions round differently, and the solve
-        # stops at a violation of ~1e-8. Measured 2.5e-12 apart.)
-        assert np.allclose(lane.value, single.value, rtol=0, atol=1e-10)
+        # (Equal up to rounding, in the same numbers of steps and evaluations:
+        # batched reductions round differently, and the last inner solve stops at
+        # max|grad| <= atol + rtol |loss| (2.8e-6 at radius 2), which fixes the end
+        # point along the circle only to about that. Measured 4.4e-8 apart at radius
+        # 2, 2e-12 on the others.)
+        assert np.allclose(lane.value, single.value, rtol=0, atol=1e-7)
         assert np.allclose(_multipliers(lane)["eq"], _multipliers(single)["eq"])
         for key in ("num_steps", "num_fevals", "num_cevals"):
             assert int(lane.stats[key]) == int(single.stats[key]), key

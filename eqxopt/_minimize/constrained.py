@@ -79,20 +79,22 @@ class AugmentedLagrangian(AbstractSolver):
       (infeasibility and complementarity) decreased by the factor $\tau$
       (`decrease`) since the last outer iteration.
 
-    The first penalty is ALGENCAN's, $\rho_1 = \max(10^{-8}, \min(10\max(1, |f|) /
-    \max(1, \tfrac12\|h\|^2 + \tfrac12\|\max(0, -c)\|^2), 10^8))$ at `y0`. Each inner
-    solve starts from the last point with the inner solver's state where the last
-    one ended (L-BFGS-B keeps its curvature pairs: the function changes only by the
-    multipliers and the penalty); its gradient tolerance starts at `max(atol,
-    initial_tolerance)` and shrinks by 10 per outer iteration (to `atol` at once when
-    the constraints hold). `fn` and the constraints are evaluated together once per
-    outer iteration outside the inner solve, at its end point, through `jax.vjp`: the
-    values update the multipliers and the penalty, and the pull-back of the new
-    function's partial derivatives is its gradient there, which starts the next
-    inner solve. The solve has converged when the
-    constraint violation and the complementarity $\max_j |\min(c_j, \mu_j)|$ are at
-    most `atol` and the projected gradient of the Lagrangian
-    $\nabla f - J_h^\top \lambda - J_c^\top \mu$ passes `minimize`'s test at `atol`.
+    The first penalty balances $f$ and the penalty term at `y0`, $\rho_1 = \max(10^{-8},
+    \min(\max(1, |f|) / \max(1, \tfrac12\|h\|^2 + \tfrac12\|\max(0, -c)\|^2), 10^8))$
+    (ALGENCAN's formula without its factor 10: a smaller first penalty leaves the first
+    inner solve closer to minimising $f$, as on Hock-Schittkowski problem 15, where
+    ALGENCAN's reaches a local minimum). Each inner solve starts from the last point
+    with the inner solver's state where the last one ended (L-BFGS-B keeps its curvature
+    pairs: the function changes only by the multipliers and the penalty); its gradient
+    tolerance starts at `max(atol, initial_tolerance)` and shrinks by 10 per outer
+    iteration (to `atol` at once when the constraints hold). `fn` and the constraints
+    are evaluated together once per outer iteration outside the inner solve, at its end
+    point, through `jax.vjp`: the values update the multipliers and the penalty, and the
+    pull-back of the new function's partial derivatives is its gradient there, which
+    starts the next inner solve. The solve has converged when the constraint violation
+    and the complementarity $\max_j |\min(c_j, \mu_j)|$ are at most `atol` and the
+    projected gradient of the Lagrangian $\nabla f - J_h^\top \lambda - J_c^\top \mu$
+    passes `minimize`'s test at `atol`.
     The multipliers follow SciPy's sign convention: $\nabla f = J_h^\top\lambda +
     J_c^\top\mu$, $\mu \ge 0$. A solve whose violation stops decreasing (by less
     than the factor $\tau$) while the penalty is at `max_penalty` ends with

@@ -724,9 +724,9 @@ def _constrained_primal(inputs):
     squares = 0.5 * jnp.sum(jnp.square(h0)) + 0.5 * jnp.sum(
         jnp.square(jnp.maximum(-c0, 0))
     )
-    rho0 = jnp.clip(
-        10 * jnp.maximum(1, jnp.abs(f0)) / jnp.maximum(1, squares), 1e-8, 1e8
-    )
+    # The value that balances f and the penalty (ALGENCAN's `comprhoini`, without
+    # its factor 10).
+    rho0 = jnp.clip(jnp.maximum(1, jnp.abs(f0)) / jnp.maximum(1, squares), 1e-8, 1e8)
     rho0 = jnp.minimum(rho0, cap)
     lam0, mu0 = jnp.zeros_like(h0), jnp.zeros_like(c0)
     L0, g0 = start(f0, h0, c0, vjp0, lam0, mu0, rho0)
