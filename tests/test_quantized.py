@@ -237,6 +237,35 @@ def test_new_buffer_decodes_to_zero_and_round_trips():
         assert eqx.tree_equal(back, state, typematch=True)
 
 
+@pytest.mark.parametrize("fmt", ["int8", "int4", "fp8"])
+def test_encoding_is_traced_once_per_leaf_shape(fmt, monkeypatch):
+    """A model's many leaves of one shape cost one trace of the encoder, not one each:
+    tracing a step on eight leaves encodes as many times as on one leaf. (Shapes no
+    other test uses, so that nothing is cached before.)"""
+    from eqxopt import _quantized
+
+    calls = []
+    encode_blocks = _quantized._encode_blocks
+    monkeypatch.setattr(
+        _quantized,
+        "_encode_blocks",
+        lambda *a: calls.append(1) or encode_blocks(*a),
+    )
+    spec = eqxopt.Quantized(fmt, block_size=8, min_size=1)
+    opt = eqxopt.AdamW(1e-3, state_dtype=spec)
+
+    def traced_encodes(params):
+        calls.clear()
+        state = eqx.filter_eval_shape(opt.init, params)
+        eqx.filter_eval_shape(opt.step, params, params, state)
+        return len(calls)
+
+    offset = ("int8", "int4", "fp8").index(fmt)
+    one = traced_encodes({"w": jnp.ones((37 + offset, 11))})
+    eight = traced_encodes({f"w{i}": jnp.ones((41 + offset, 13)) for i in range(8)})
+    assert one > 0 and eight == one, (one, eight)
+
+
 def test_per_buffer_dict_and_verify_bytes():
     params = {"w": jnp.ones((1024, 1024), jnp.float32)}
     opt = eqxopt.AdamW(
