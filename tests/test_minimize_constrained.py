@@ -183,7 +183,10 @@ def test_published_solutions_as_slsqp(name):
     assert np.allclose(sol.loss, f_star, rtol=1e-6, atol=1e-6)
     assert np.allclose(sol.value, ref.x, rtol=0, atol=1e-5)
     assert float(sol.stats["max_violation"]) <= 1e-8
-    assert int(sol.stats["num_cevals"]) == int(sol.stats["num_fevals"])
+    # (After each inner solve only the constraints are evaluated.)
+    assert int(sol.stats["num_cevals"]) == int(sol.stats["num_fevals"]) + int(
+        sol.stats["num_steps"]
+    )
     assert int(sol.stats["num_steps"]) >= 1
 
 
@@ -220,6 +223,35 @@ def test_multipliers_satisfy_kkt(name):
         ]
     )
     assert np.allclose(ours, ref.multipliers, rtol=1e-4, atol=1e-5)
+
+
+def test_counters_count_real_calls():
+    # After each inner solve only the constraints are evaluated (with their vjp):
+    # num_fevals counts the calls of fn, num_cevals those of the constraints.
+    loss, eq, ineq, bounds, y0, _, _ = PROBLEMS["hs71"]()
+    calls = {"fn": 0, "eq": 0}
+
+    def counted(key, f):
+        def bump():
+            calls[key] += 1
+
+        def wrapped(x, a):
+            jax.debug.callback(bump)
+            return f(x, a)
+
+        return wrapped
+
+    sol = eqxopt.minimize(
+        counted("fn", loss),
+        eqxopt.AugmentedLagrangian(),
+        jnp.asarray(y0, jnp.float64),
+        constraints=eqxopt.Constraints(eq=counted("eq", eq), ineq=ineq),
+        bounds=(jnp.asarray(bounds[0], float), jnp.asarray(bounds[1], float)),
+    )
+    jax.effects_barrier()
+    assert calls["fn"] == int(sol.stats["num_fevals"])
+    assert calls["eq"] == int(sol.stats["num_cevals"])
+    assert calls["eq"] == calls["fn"] + int(sol.stats["num_steps"])
 
 
 def test_pytree_constraints_keep_their_structure():
@@ -319,8 +351,8 @@ def test_derivative_with_respect_to_args(adjoint):
     # d(y0 + y1)/dr = -sqrt(2).
     grad = jax.grad(lambda r: jnp.sum(solution(r)))(jnp.asarray(1.5))
     # Through the loops, the derivative is that of the iterations, which stop at
-    # the tolerance: measured 5e-5 off; the implicit one is exact at the optimum.
-    atol = 1e-5 if adjoint == "implicit" else 1e-3
+    # the tolerance: measured 3e-7 off; the implicit one is exact at the optimum.
+    atol = 1e-5 if adjoint == "implicit" else 1e-4
     assert np.allclose(grad, -np.sqrt(2.0), atol=atol)
 
 

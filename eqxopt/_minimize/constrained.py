@@ -87,14 +87,17 @@ class AugmentedLagrangian(AbstractSolver):
     with the inner solver's state where the last one ended (L-BFGS-B keeps its curvature
     pairs: the function changes only by the multipliers and the penalty); its gradient
     tolerance starts at `max(atol, initial_tolerance)` and shrinks by 10 per outer
-    iteration (to `atol` at once when the constraints hold). `fn` and the constraints
-    are evaluated together once per outer iteration outside the inner solve, at its end
-    point, through `jax.vjp`: the values update the multipliers and the penalty, and the
-    pull-back of the new function's partial derivatives is its gradient there, which
-    starts the next inner solve. The solve has converged when the constraint violation
-    and the complementarity $\max_j |\min(c_j, \mu_j)|$ are at most `atol` and the
-    projected gradient of the Lagrangian $\nabla f - J_h^\top \lambda - J_c^\top \mu$
-    passes `minimize`'s test at `atol`.
+    iteration (to `atol` at once when the constraints hold). Outside the inner solves
+    only the constraints are evaluated, once per outer iteration at the inner solve's
+    end point (with their `jax.vjp`): the inner solve's last evaluation gave $L_\rho$
+    and its gradient there, hence $f$, and the gradient of the next $L_\rho$ differs
+    from this one by the pull-back of the change in its partial derivatives in $h$ and
+    $c$, which starts the next inner solve without another call of `fn` (with
+    `has_aux=True`, `fn` is called there too, for its `aux`). So `num_cevals` is
+    `num_fevals` plus the outer iterations. The solve has converged when the constraint
+    violation and the complementarity $\max_j |\min(c_j, \mu_j)|$ are at most `atol` and
+    the projected gradient of the Lagrangian $\nabla f - J_h^\top \lambda - J_c^\top
+    \mu$ passes `minimize`'s test at `atol`.
     The multipliers follow SciPy's sign convention: $\nabla f = J_h^\top\lambda +
     J_c^\top\mu$, $\mu \ge 0$. A solve whose violation stops decreasing (by less
     than the factor $\tau$) while the penalty is at `max_penalty` ends with

@@ -600,11 +600,16 @@ class _AugmentedLoss(eqx.Module):
 
     def evaluate(self, y, args):
         f, aux = _split(self.fn, self.has_aux)(y, args)
+        h, c = self.values(y, args, f.dtype)
+        return f, aux, h, c
+
+    def values(self, y, args, dtype):
+        """The constraints alone at `y`: `(eq, ineq)`, each one vector in `dtype`."""
         values = []
         refs = (None, None) if self.refs is None else self.refs
         for name, ref in zip(("eq", "ineq"), refs):
             con = getattr(self.constraints, name)
-            vector, structure = _constraint_values(con, y, args, name, f.dtype)
+            vector, structure = _constraint_values(con, y, args, name, dtype)
             if self.refs is not None and structure != ref:
                 raise ValueError(
                     f"eqxopt.minimize: `constraints.{name}` returned outputs of "
@@ -612,7 +617,7 @@ class _AugmentedLoss(eqx.Module):
                     f"{ref} at `y0`. A constraint must return arrays of fixed shapes."
                 )
             values.append(vector)
-        return f, aux, values[0], values[1]
+        return values[0], values[1]
 
     def __call__(self, y, args):
         args, lam, mu, rho = args
@@ -661,6 +666,7 @@ class _Outer(eqx.Module):
     g: PyTree
     state: Any
     num_fevals: Int32[Array, ""]
+    num_cevals: Int32[Array, ""]
     converged: Bool[Array, ""]
     finite: Bool[Array, ""]
     infeasible: Bool[Array, ""]
@@ -676,11 +682,15 @@ def _constrained_primal(inputs):
     """The augmented Lagrangian solve: `inputs -> ((y, eq multipliers, ineq
     multipliers), (loss, aux, state, result, stats))`.
 
-    Each outer iteration evaluates `fn` and the constraints once outside the inner
-    solve, at its end point, through `jax.vjp`: the values give the new multipliers
-    and penalty, and the pull-back of the new PHR function's partials gives its
-    gradient there, the start of the next inner solve (whose first evaluation it
-    is). The inner solver's state is carried from one inner solve to the next."""
+    `fn` and the constraints are evaluated together at `y0` (through `jax.vjp`: the
+    pull-back of the PHR function's partials in `(f, h, c)` is its gradient, the
+    start of the first inner solve). After each inner solve only the constraints
+    are evaluated, with their vjp, at its end point: the inner solve's last
+    evaluation gave L and its gradient there, so `f = L - penalty`, and the gradient
+    of the next L (new multipliers and penalty) is this one plus the pull-back of
+    the change in the partials in `h` and `c`. (With `has_aux`, `fn` is evaluated
+    there too, for its `aux`.) The inner solver's state is carried from one inner
+    solve to the next."""
     fn, constrained, y0, y_static, args, bounds, options = inputs
     method, constraints = constrained.method, constrained.constraints
     inner = LBFGSB() if method.inner is None else method.inner
@@ -708,6 +718,10 @@ def _constrained_primal(inputs):
 
         (f, h, c), vjp, aux = jax.vjp(parts, y, has_aux=True)
         return f, aux, h, c, vjp
+
+    def constraint_values(y):
+        with loops(differentiable=True):
+            return loss.values(eqx.combine(y, y_static), args, dtype)
 
     def start(f, h, c, vjp, lam_bar, mu_bar, rho):
         """The PHR function of the safeguarded multipliers and its gradient."""
@@ -749,6 +763,7 @@ def _constrained_primal(inputs):
         g=g0,
         state=inner.init(y0),
         num_fevals=jnp.ones((), jnp.int32),
+        num_cevals=jnp.ones((), jnp.int32),
         converged=false,
         finite=jnp.isfinite(f0) & jnp.all(jnp.isfinite(h0)) & jnp.all(jnp.isfinite(c0)),
         infeasible=false,
@@ -772,12 +787,34 @@ def _constrained_primal(inputs):
         # The inner state carried over is a preconditioner, not a function of `args`
         # to differentiate: through it, unrolled derivatives would also follow how
         # the curvature pairs move (-2.42 instead of -1.414 on test_minimize_
-        # constrained's circle; 5e-5 off without it).
+        # constrained's circle; 3e-7 off without it).
         state0 = lax.stop_gradient(o.state)
-        y, (_, _, state, result, stats), _ = _run(
+        y, (L_end, _, state, result, stats), grad = _run(
             problem, o.y, inner_options, state0, start=(o.L, o.g)
         )
-        f, aux, h, c, vjp = evaluate(y)
+        if options.has_aux:
+            f, aux, h, c, vjp = evaluate(y)
+            num_fevals = o.num_fevals + stats["num_fevals"] + 1
+            next_start = ft.partial(start, f, h, c, vjp)
+        else:
+            # The inner solve ends with L and its gradient at `y`: f = L - penalty,
+            # and the gradient of the next L differs from this one by J^T of the
+            # change in its partial derivatives in h and c. So only the constraints
+            # are evaluated (with their vjp), not `fn`.
+            (h, c), cvjp = jax.vjp(constraint_values, y)
+            zero = jnp.zeros((), dtype)
+            penalty, dh_old, dc_old = _phr(zero, h, c, lam_bar, mu_bar, o.rho)
+            f = (L_end - penalty).astype(dtype)
+            aux = o.aux
+            num_fevals = o.num_fevals + stats["num_fevals"]
+
+            def shifted(lam, mu, rho):
+                value, dh, dc = _phr(f, h, c, lam, mu, rho)
+                (change,) = cvjp((dh - dh_old, dc - dc_old))
+                return value, jtu.tree_map(jnp.add, grad, change)
+
+            next_start = shifted
+
         lam = lam_bar - o.rho * h
         mu = jnp.maximum(mu_bar - o.rho * c, 0)
         violation = _violation(h, c)
@@ -808,9 +845,7 @@ def _constrained_primal(inputs):
             )
         )
         tol = jnp.where(violation <= atol, atol, jnp.maximum(atol, 0.1 * o.tol))
-        L, g = start(
-            f, h, c, vjp, jnp.clip(lam, -bound, bound), jnp.clip(mu, 0, bound), rho
-        )
+        L, g = next_start(jnp.clip(lam, -bound, bound), jnp.clip(mu, 0, bound), rho)
         new = _Outer(
             num_steps=o.num_steps + 1,
             y=y,
@@ -827,7 +862,8 @@ def _constrained_primal(inputs):
             L=L,
             g=g,
             state=state,
-            num_fevals=o.num_fevals + stats["num_fevals"] + 1,
+            num_fevals=num_fevals,
+            num_cevals=o.num_cevals + stats["num_fevals"] + 1,
             converged=converged,
             finite=finite,
             infeasible=infeasible,
@@ -842,7 +878,7 @@ def _constrained_primal(inputs):
     stats = {
         "num_steps": out.num_steps,
         "num_fevals": out.num_fevals,
-        "num_cevals": out.num_fevals,
+        "num_cevals": out.num_cevals,
         "history": history,
         "max_violation": _violation(out.h, out.c),
     }
