@@ -225,33 +225,61 @@ def test_multipliers_satisfy_kkt(name):
     assert np.allclose(ours, ref.multipliers, rtol=1e-4, atol=1e-5)
 
 
+def _counted(calls, key, f):
+    """`f`, counting its real calls in `calls[key]`."""
+
+    def bump():
+        calls[key] += 1
+
+    def wrapped(x, a):
+        jax.debug.callback(bump)
+        return f(x, a)
+
+    return wrapped
+
+
 def test_counters_count_real_calls():
     # After each inner solve only the constraints are evaluated (with their vjp):
     # num_fevals counts the calls of fn, num_cevals those of the constraints.
     loss, eq, ineq, bounds, y0, _, _ = PROBLEMS["hs71"]()
     calls = {"fn": 0, "eq": 0}
-
-    def counted(key, f):
-        def bump():
-            calls[key] += 1
-
-        def wrapped(x, a):
-            jax.debug.callback(bump)
-            return f(x, a)
-
-        return wrapped
-
     sol = eqxopt.minimize(
-        counted("fn", loss),
+        _counted(calls, "fn", loss),
         eqxopt.AugmentedLagrangian(),
         jnp.asarray(y0, jnp.float64),
-        constraints=eqxopt.Constraints(eq=counted("eq", eq), ineq=ineq),
+        constraints=eqxopt.Constraints(eq=_counted(calls, "eq", eq), ineq=ineq),
         bounds=(jnp.asarray(bounds[0], float), jnp.asarray(bounds[1], float)),
     )
     jax.effects_barrier()
+    assert sol.result == eqxopt.RESULTS.successful
     assert calls["fn"] == int(sol.stats["num_fevals"])
     assert calls["eq"] == int(sol.stats["num_cevals"])
     assert calls["eq"] == calls["fn"] + int(sol.stats["num_steps"])
+
+
+def test_fn_is_evaluated_again_where_derived_values_would_round_too_much():
+    # Constraints that cannot hold together drive the penalty to its cap: there, f
+    # and the next gradient derived from the inner solve's last evaluation (L minus
+    # a penalty of about 1e9) would lose more than the tolerances allow, so fn is
+    # evaluated again at the inner solve's end point (with the constraints), and
+    # counted.
+    calls = {"fn": 0, "eq": 0}
+    sol = eqxopt.minimize(
+        _counted(calls, "fn", lambda y, args: jnp.sum(y**2)),
+        eqxopt.AugmentedLagrangian(),
+        jnp.array([0.3, 0.2]),
+        constraints=eqxopt.Constraints(
+            eq=_counted(calls, "eq", lambda y, args: jnp.stack([y[0], y[0] - 1]))
+        ),
+        throw=False,
+    )
+    jax.effects_barrier()
+    assert sol.result == eqxopt.RESULTS.infeasible
+    assert calls["fn"] == int(sol.stats["num_fevals"])
+    assert calls["eq"] == int(sol.stats["num_cevals"])
+    # The loss is fn at the solution (derived, it would be 0.25 instead of about
+    # 0.2499999: rounded at a penalty of 3e9).
+    assert np.isclose(float(sol.loss), float(jnp.sum(sol.value**2)), rtol=1e-12)
 
 
 def test_pytree_constraints_keep_their_structure():

@@ -92,12 +92,15 @@ class AugmentedLagrangian(AbstractSolver):
     end point (with their `jax.vjp`): the inner solve's last evaluation gave $L_\rho$
     and its gradient there, hence $f$, and the gradient of the next $L_\rho$ differs
     from this one by the pull-back of the change in its partial derivatives in $h$ and
-    $c$, which starts the next inner solve without another call of `fn` (with
-    `has_aux=True`, `fn` is called there too, for its `aux`). So `num_cevals` is
-    `num_fevals` plus the outer iterations. The solve has converged when the constraint
-    violation and the complementarity $\max_j |\min(c_j, \mu_j)|$ are at most `atol` and
-    the projected gradient of the Lagrangian $\nabla f - J_h^\top \lambda - J_c^\top
-    \mu$ passes `minimize`'s test at `atol`.
+    $c$, which starts the next inner solve without another call of `fn`. Those two
+    differences are used only where their rounding error (from the sizes of $L_\rho$,
+    the penalty and the gradients, times the dtype's epsilon, with a margin of 100) is
+    within the tolerances; else `fn` is evaluated there as well (a large penalty, or
+    low precision), as it always is with `has_aux=True`, for its `aux`. So `num_cevals`
+    is at most `num_fevals` plus the outer iterations. The solve has converged when
+    the constraint violation and the complementarity $\max_j |\min(c_j, \mu_j)|$ are
+    at most `atol` and the projected gradient of the Lagrangian $\nabla f - J_h^\top
+    \lambda - J_c^\top \mu$ passes `minimize`'s test at `atol`.
     The multipliers follow SciPy's sign convention: $\nabla f = J_h^\top\lambda +
     J_c^\top\mu$, $\mu \ge 0$. A solve whose violation stops decreasing (by less
     than the factor $\tau$) while the penalty is at `max_penalty` ends with

@@ -641,6 +641,12 @@ def _inf_norm(x):
     return jnp.max(jnp.abs(x), initial=0)
 
 
+def _tree_inf_norm(tree, dtype):
+    """The largest absolute value over the leaves of `tree`, in `dtype`."""
+    norms = [_inf_norm(x).astype(dtype) for x in jtu.tree_leaves(tree)]
+    return ft.reduce(jnp.maximum, norms, jnp.zeros((), dtype))
+
+
 def _violation(h, c):
     """`max(|eq|_inf, max(-ineq, 0))`."""
     return jnp.maximum(_inf_norm(h), jnp.max(-c, initial=0))
@@ -794,26 +800,46 @@ def _constrained_primal(inputs):
         )
         if options.has_aux:
             f, aux, h, c, vjp = evaluate(y)
-            num_fevals = o.num_fevals + stats["num_fevals"] + 1
-            next_start = ft.partial(start, f, h, c, vjp)
+            fevals = o.num_fevals + stats["num_fevals"] + 1
+
+            def next_start(lam, mu, rho, tol):  # pyright: ignore[reportRedeclaration]
+                value, g = start(f, h, c, vjp, lam, mu, rho)
+                return f, value, g, jnp.ones((), bool)
+
         else:
             # The inner solve ends with L and its gradient at `y`: f = L - penalty,
             # and the gradient of the next L differs from this one by J^T of the
             # change in its partial derivatives in h and c. So only the constraints
-            # are evaluated (with their vjp), not `fn`.
+            # are evaluated (with their vjp), not `fn`, unless those differences
+            # would cancel more than the tolerances allow (a large penalty term,
+            # or low precision): then `fn` is evaluated at `y` as well.
             (h, c), cvjp = jax.vjp(constraint_values, y)
             zero = jnp.zeros((), dtype)
             penalty, dh_old, dc_old = _phr(zero, h, c, lam_bar, mu_bar, o.rho)
-            f = (L_end - penalty).astype(dtype)
+            f = f_derived = (L_end - penalty).astype(dtype)
             aux = o.aux
-            num_fevals = o.num_fevals + stats["num_fevals"]
+            fevals = o.num_fevals + stats["num_fevals"]
+            eps = jnp.finfo(dtype).eps
+            (pull_old,) = cvjp((dh_old, dc_old))
+            grad_size = _tree_inf_norm(grad, dtype) + _tree_inf_norm(pull_old, dtype)
+            f_error = eps * (jnp.abs(L_end) + jnp.abs(penalty))
+            f_ok = 100 * f_error <= atol + options.rtol * jnp.abs(f_derived)
 
-            def shifted(lam, mu, rho):
-                value, dh, dc = _phr(f, h, c, lam, mu, rho)
-                (change,) = cvjp((dh - dh_old, dc - dc_old))
-                return value, jtu.tree_map(jnp.add, grad, change)
+            def next_start(lam, mu, rho, tol):
+                def derived():
+                    value, dh, dc = _phr(f_derived, h, c, lam, mu, rho)
+                    (pull,) = cvjp((dh, dc))
+                    g = jtu.tree_map(lambda a, b, d: a - b + d, grad, pull_old, pull)
+                    size = grad_size + _tree_inf_norm(pull, dtype)
+                    return f_derived, value, g, f_ok & (100 * eps * size <= tol)
 
-            next_start = shifted
+                def exact():
+                    f, _, h_, c_, vjp = evaluate(y)
+                    value, g = start(f, h_, c_, vjp, lam, mu, rho)
+                    return f, value, g, jnp.zeros((), bool)
+
+                f, value, g, ok = derived()
+                return lax.cond(ok, lambda: (f, value, g, ok), exact)
 
         lam = lam_bar - o.rho * h
         mu = jnp.maximum(mu_bar - o.rho * c, 0)
@@ -830,7 +856,6 @@ def _constrained_primal(inputs):
         converged = at_target & (result == RESULTS.successful) & feasible
         finite = (
             (result != RESULTS.nonfinite)
-            & jnp.isfinite(f)
             & jnp.all(jnp.isfinite(lam))
             & (jnp.all(jnp.isfinite(mu)))
         )
@@ -845,7 +870,11 @@ def _constrained_primal(inputs):
             )
         )
         tol = jnp.where(violation <= atol, atol, jnp.maximum(atol, 0.1 * o.tol))
-        L, g = next_start(jnp.clip(lam, -bound, bound), jnp.clip(mu, 0, bound), rho)
+        lam_next, mu_next = jnp.clip(lam, -bound, bound), jnp.clip(mu, 0, bound)
+        # (`derived`: no evaluation of `fn` was needed for the next start.)
+        f, L, g, derived = next_start(lam_next, mu_next, rho, tol)
+        num_fevals = fevals + (~derived).astype(jnp.int32)
+        finite = finite & jnp.isfinite(f)
         new = _Outer(
             num_steps=o.num_steps + 1,
             y=y,
@@ -863,7 +892,10 @@ def _constrained_primal(inputs):
             g=g,
             state=state,
             num_fevals=num_fevals,
-            num_cevals=o.num_cevals + stats["num_fevals"] + 1,
+            num_cevals=o.num_cevals
+            + stats["num_fevals"]
+            + 1
+            + (~derived).astype(jnp.int32),
             converged=converged,
             finite=finite,
             infeasible=infeasible,
