@@ -188,6 +188,8 @@ Stored = Inexact[Array, "..."] | QuantizedArray
 def _decode(
     codes: Array, scales: Array, shape: tuple[int, ...], format: str, signed: bool
 ) -> Array:
+    """[`QuantizedArray.decode`][]'s values: float32, of `shape`."""
+    size = math.prod(shape)
     if format == "fp8":
         values = _fp8_decode(codes)
     else:
@@ -199,11 +201,11 @@ def _decode(
     out = values * scales[:, None]
     split = _split_axes(codes)
     if split is None:  # the usual case: codes not sharded in their type
-        return out.reshape(-1)[: math.prod(shape)].reshape(shape)
+        return out.reshape(-1)[:size].reshape(shape)
     # Sharding in types: the blocks of a split buffer are its param's rows.
     rest = (None,) * (len(shape) - 1)
     flat = _reshape(out, (-1,), PartitionSpec(split) if split else None)
-    return _reshape(flat[: math.prod(shape)], shape, PartitionSpec(split, *rest))
+    return _reshape(flat[:size], shape, PartitionSpec(split, *rest))
 
 
 # --- quantization maps --------------------------------------------------------------
@@ -432,6 +434,7 @@ def encode(x: Array, like: QuantizedArray) -> QuantizedArray:
 
 @ft.partial(jax.jit, static_argnums=(1, 2, 3), inline=True)  # (see `_decode`)
 def _encode(x: Array, block: int, format: str, signed: bool) -> tuple[Array, Array]:
+    """[`encode`][]'s codes and scales of `x` in blocks of `block`."""
     flat = _flatten(x.astype(jnp.float32), block)
     whole = flat.shape[0] // block * block
     if whole == flat.shape[0]:

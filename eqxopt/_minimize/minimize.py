@@ -694,9 +694,10 @@ def _constrained_primal(inputs):
     are evaluated, with their vjp, at its end point: the inner solve's last
     evaluation gave L and its gradient there, so `f = L - penalty`, and the gradient
     of the next L (new multipliers and penalty) is this one plus the pull-back of
-    the change in the partials in `h` and `c`. (With `has_aux`, `fn` is evaluated
-    there too, for its `aux`.) The inner solver's state is carried from one inner
-    solve to the next."""
+    the change in the partials in `h` and `c`. Where those two differences would
+    round beyond the tolerances (a large penalty, low precision), and always with
+    `has_aux` (for its `aux`), `fn` is evaluated there too. The inner solver's state
+    is carried from one inner solve to the next."""
     fn, constrained, y0, y_static, args, bounds, options = inputs
     method, constraints = constrained.method, constrained.constraints
     inner = LBFGSB() if method.inner is None else method.inner
