@@ -126,13 +126,13 @@ def _solved(name):
     return _CACHE[name]
 
 
-def _solve(name, **kwargs):
+def _solve(name, method=None, **kwargs):
     loss, eq, ineq, bounds, y0, _, _ = PROBLEMS[name]()
     if bounds is not None:
         bounds = (jnp.asarray(bounds[0], float), jnp.asarray(bounds[1], float))
     return eqxopt.minimize(
         loss,
-        eqxopt.AugmentedLagrangian(),
+        eqxopt.AugmentedLagrangian() if method is None else method,
         jnp.asarray(y0, jnp.float64),
         constraints=eqxopt.Constraints(eq=eq, ineq=ineq),
         bounds=bounds,
@@ -282,6 +282,25 @@ def test_fn_is_evaluated_again_where_derived_values_would_round_too_much():
     assert np.isclose(float(sol.loss), float(jnp.sum(sol.value**2)), rtol=1e-12)
 
 
+def test_inner_tolerance_schedule():
+    """The rule's first inner tolerance is min(1/rho_1, 0.1) (Conn, Gould & Toint):
+    setting `initial_tolerance` to that value gives the same solve, evaluation for
+    evaluation, and the later tolerances scale with it (HS7's count moves with it)."""
+
+    def run(name, tol):
+        method = eqxopt.AugmentedLagrangian(initial_tolerance=tol)
+        sol = _solve(name, method, throw=False)
+        return int(sol.stats["num_fevals"]), float(sol.loss)
+
+    # HS7: rho_1 = max(1, |f(y0)|) / max(1, h(y0)^2 / 2) = 0.0032, so 0.1 (the cap).
+    # HS15: rho_1 = 181.8, so 1/181.8.
+    for name, first in (("hs7", 0.1), ("hs15", 1 / 181.8)):
+        assert run(name, None) == run(name, first)
+    default = run("hs7", None)
+    assert run("hs7", 0.07) != default
+    assert run("hs7", 0.14) != default
+
+
 def test_pytree_constraints_keep_their_structure():
     def loss(y, args):
         return jnp.sum(y["a"] ** 2) + jnp.sum(y["b"] ** 2)
@@ -427,6 +446,9 @@ def test_bad_input():
         eqxopt.AugmentedLagrangian(penalty_factor=0.5)
     with pytest.raises(ValueError, match="decrease"):
         eqxopt.AugmentedLagrangian(decrease=1.0)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match="initial_tolerance"):
+            eqxopt.AugmentedLagrangian(initial_tolerance=bad)
     with pytest.raises((ValueError, TypeError), match="inner"):
         eqxopt.AugmentedLagrangian(inner="lbfgsb")  # pyright: ignore[reportArgumentType]
     # The inner solver keeps the bounds: one that takes none says so before solving.

@@ -85,9 +85,22 @@ class AugmentedLagrangian(AbstractSolver):
     inner solve closer to minimising $f$, as on Hock-Schittkowski problem 15, where
     ALGENCAN's reaches a local minimum). Each inner solve starts from the last point
     with the inner solver's state where the last one ended (L-BFGS-B keeps its curvature
-    pairs: the function changes only by the multipliers and the penalty); its gradient
-    tolerance starts at `max(atol, initial_tolerance)` and shrinks by 10 per outer
-    iteration (to `atol` at once when the constraints hold). Outside the inner solves
+    pairs: the function changes only by the multipliers and the penalty). The inner
+    solves' gradient tolerance $\max(\text{atol}, \omega_k)$ (`atol` itself once the
+    constraints hold to `atol`) follows Conn, Gould & Toint's rule (1991, Algorithm
+    1, with LANCELOT's $\gamma_1 = 0.1$; Nocedal & Wright's Algorithm 17.4 is the
+    same without the cap $\gamma_1$, which keeps the tolerance shrinking when $\rho
+    \le 1$), with $\alpha_k = \min(1/\rho_k, \gamma_1)$ and a feasibility target
+    $\eta_k$:
+    $\omega_1 = \omega_s\alpha_1$, $\eta_1 = \alpha_1^{0.1}$; after inner solve $k$, if
+    its violation $\max(\|h\|_\infty, \|\min(c, \bar\mu/\rho)\|_\infty)$ (that of the
+    subproblem with slacks) is at most $\eta_k$, then $\omega_{k+1} = \omega_k
+    \alpha_{k+1}$ and $\eta_{k+1} = \eta_k\alpha_{k+1}^{0.9}$, else $\omega_{k+1} =
+    \omega_s\alpha_{k+1}$ and $\eta_{k+1} = \alpha_{k+1}^{0.1}$ ($\rho_{k+1}$ the
+    penalty above; $\omega_s = 1$ unless `initial_tolerance` sets $\omega_1$). So the
+    tolerance is loose while the penalty is small and the multipliers poor, and
+    shrinks at least tenfold with each outer iteration that makes enough progress
+    towards feasibility. Outside the inner solves
     only the constraints are evaluated, once per outer iteration at the inner solve's
     end point (with their `jax.vjp`): the inner solve's last evaluation gave $L_\rho$
     and its gradient there, hence $f$, and the gradient of the next $L_\rho$ differs
@@ -109,6 +122,18 @@ class AugmentedLagrangian(AbstractSolver):
     ??? cite "References"
 
         ```bibtex
+        @article{conn1991globally,
+            title={A Globally Convergent Augmented {L}agrangian Algorithm for
+                   Optimization with General Constraints and Simple Bounds},
+            author={Conn, Andrew R. and Gould, Nicholas I. M. and Toint, Philippe L.},
+            journal={SIAM Journal on Numerical Analysis},
+            volume={28}, number={2}, pages={545--572}, year={1991}}
+
+        @book{nocedal2006numerical,
+            title={Numerical Optimization}, edition={2nd},
+            author={Nocedal, Jorge and Wright, Stephen J.},
+            publisher={Springer}, year={2006}, note={Algorithm 17.4}}
+
         @book{birgin2014practical,
             title={Practical Augmented Lagrangian Methods for Constrained
                    Optimization},
@@ -153,7 +178,7 @@ class AugmentedLagrangian(AbstractSolver):
     decrease: float = 0.5
     max_penalty: float = 1e10
     multiplier_bound: float = 1e20
-    initial_tolerance: float = 1e-4
+    initial_tolerance: float | None = None
     inner_max_steps: int = eqx.field(default=500, static=True)
 
     solves = "constraints"
@@ -175,6 +200,8 @@ class AugmentedLagrangian(AbstractSolver):
             ("initial_tolerance", lambda v: v > 0, "> 0"),
         )
         for name, ok, rule in rules:
+            if name == "initial_tolerance" and self.initial_tolerance is None:
+                continue
             value = concrete_scalar(self, name, getattr(self, name))
             if value is not None and not ok(value):
                 raise ValueError(
@@ -199,6 +226,8 @@ AugmentedLagrangian.__init__.__doc__ = r"""**Arguments:**
 - `max_penalty`: the penalty's cap; a violation that stalls there ends the solve
     with `RESULTS.infeasible`.
 - `multiplier_bound`: $B$, the safeguard box of the multipliers (ALGENCAN's 1e20).
-- `initial_tolerance`: the first inner solve's gradient tolerance (at least `atol`).
+- `initial_tolerance`: $\omega_1 > 0$, the first inner solve's gradient tolerance
+    (at least `atol`), from which the later ones follow by the rule above; `None`
+    (default) for the rule's own, $\omega_1 = \min(1/\rho_1, \gamma_1)$.
 - `inner_max_steps`: the most steps of each inner solve. (Static.)
 """

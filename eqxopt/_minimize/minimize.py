@@ -652,6 +652,11 @@ def _violation(h, c):
     return jnp.maximum(_inf_norm(h), jnp.max(-c, initial=0))
 
 
+# Conn, Gould & Toint's (1991) cap on the factor by which each success shrinks the
+# inner tolerance (LANCELOT's value).
+_GAMMA_1 = 0.1
+
+
 class _Outer(eqx.Module):
     """The carry of the augmented Lagrangian's outer loop (`num_steps`: outer
     iterations)."""
@@ -662,6 +667,8 @@ class _Outer(eqx.Module):
     mu: Array
     rho: Array
     tol: Array
+    omega: Array
+    eta: Array
     prev_measure: Array
     prev_violation: Array
     f: Array
@@ -750,6 +757,17 @@ def _constrained_primal(inputs):
     rho0 = jnp.clip(jnp.maximum(1, jnp.abs(f0)) / jnp.maximum(1, squares), 1e-8, 1e8)
     rho0 = jnp.minimum(rho0, cap)
     lam0, mu0 = jnp.zeros_like(h0), jnp.zeros_like(c0)
+    # The inner tolerance omega and the feasibility target eta of Conn, Gould &
+    # Toint (1991), Algorithm 1 (Nocedal & Wright's Algorithm 17.4 with the cap
+    # gamma_1): alpha = min(1/rho, gamma_1), omega_1 = omega_s alpha_1, eta_1 =
+    # alpha_1^0.1; omega_s = 1, or `initial_tolerance` / alpha_1.
+    gamma1 = scalar(_GAMMA_1)
+    alpha0 = jnp.minimum(1 / rho0, gamma1)
+    if method.initial_tolerance is None:
+        omega_scale, omega0 = scalar(1), alpha0
+    else:
+        omega0 = scalar(method.initial_tolerance)
+        omega_scale = omega0 / alpha0
     L0, g0 = start(f0, h0, c0, vjp0, lam0, mu0, rho0)
     inf = scalar(jnp.inf)
     false = jnp.zeros((), bool)
@@ -759,7 +777,9 @@ def _constrained_primal(inputs):
         lam=lam0,
         mu=mu0,
         rho=rho0,
-        tol=jnp.maximum(atol, scalar(method.initial_tolerance)),
+        tol=jnp.maximum(atol, omega0),
+        omega=omega0,
+        eta=alpha0**0.1,
         prev_measure=inf,
         prev_violation=inf,
         f=f0,
@@ -870,7 +890,15 @@ def _constrained_primal(inputs):
                 | (result == RESULTS.linesearch_failed)
             )
         )
-        tol = jnp.where(violation <= atol, atol, jnp.maximum(atol, 0.1 * o.tol))
+        # Conn, Gould & Toint's update of omega and eta, with the next penalty: the
+        # violation of the subproblem (`measure`, its slacks at their optimum) is
+        # within eta: both shrink (omega by alpha, eta by alpha^0.9); else both
+        # restart from the penalty (omega_s alpha, alpha^0.1).
+        alpha = jnp.minimum(1 / rho, gamma1)
+        met = measure <= o.eta
+        omega = jnp.where(met, o.omega * alpha, omega_scale * alpha)
+        eta = jnp.where(met, o.eta * alpha**0.9, alpha**0.1)
+        tol = jnp.where(violation <= atol, atol, jnp.maximum(atol, omega))
         lam_next, mu_next = jnp.clip(lam, -bound, bound), jnp.clip(mu, 0, bound)
         # (`derived`: no evaluation of `fn` was needed for the next start.)
         f, L, g, derived = next_start(lam_next, mu_next, rho, tol)
@@ -883,6 +911,8 @@ def _constrained_primal(inputs):
             mu=mu,
             rho=rho,
             tol=tol,
+            omega=omega,
+            eta=eta,
             prev_measure=measure,
             prev_violation=violation,
             f=f,
