@@ -85,22 +85,28 @@ class AugmentedLagrangian(AbstractSolver):
     inner solve closer to minimising $f$, as on Hock-Schittkowski problem 15, where
     ALGENCAN's reaches a local minimum). Each inner solve starts from the last point
     with the inner solver's state where the last one ended (L-BFGS-B keeps its curvature
-    pairs: the function changes only by the multipliers and the penalty). The inner
-    solves' gradient tolerance $\max(\text{atol}, \omega_k)$ (`atol` itself once the
-    constraints hold to `atol`) follows Conn, Gould & Toint's rule (1991, Algorithm
-    1, with LANCELOT's $\gamma_1 = 0.1$; Nocedal & Wright's Algorithm 17.4 is the
-    same without the cap $\gamma_1$, which keeps the tolerance shrinking when $\rho
-    \le 1$), with $\alpha_k = \min(1/\rho_k, \gamma_1)$ and a feasibility target
-    $\eta_k$:
-    $\omega_1 = \omega_s\alpha_1$, $\eta_1 = \alpha_1^{0.1}$; after inner solve $k$, if
-    its violation $\max(\|h\|_\infty, \|\min(c, \bar\mu/\rho)\|_\infty)$ (that of the
-    subproblem with slacks) is at most $\eta_k$, then $\omega_{k+1} = \omega_k
-    \alpha_{k+1}$ and $\eta_{k+1} = \eta_k\alpha_{k+1}^{0.9}$, else $\omega_{k+1} =
-    \omega_s\alpha_{k+1}$ and $\eta_{k+1} = \alpha_{k+1}^{0.1}$ ($\rho_{k+1}$ the
-    penalty above; $\omega_s = 1$ unless `initial_tolerance` sets $\omega_1$). So the
-    tolerance is loose while the penalty is small and the multipliers poor, and
-    shrinks at least tenfold with each outer iteration that makes enough progress
-    towards feasibility. Outside the inner solves
+    pairs: the function changes only by the multipliers and the penalty).
+
+    The inner solves' gradient tolerance is $\max(\text{atol}, \omega_k)$ (`atol`
+    itself once the constraints hold to `atol`), by Conn, Gould & Toint's rule (1991,
+    Algorithm 1; Nocedal & Wright's Algorithm 17.4 without its cap $\gamma_1 = 0.1$,
+    LANCELOT's, which keeps the tolerance shrinking when $\rho \le 1$). With
+    $\alpha_k = \min(1/\rho_k, \gamma_1)$, $\omega_1 = \omega_s\alpha_1$ and a
+    feasibility target $\eta_1 = \alpha_1^{0.1}$; after inner solve $k$, with $v_k =
+    \max(\|h\|_\infty, \|\min(c, \bar\mu/\rho)\|_\infty)$ its violation (that of the
+    subproblem with slacks) and $\rho_{k+1}$ the penalty above,
+
+    $$(\omega_{k+1}, \eta_{k+1}) = \begin{cases}
+      (\omega_k\alpha_{k+1},\ \eta_k\alpha_{k+1}^{0.9}) & v_k \le \eta_k \\
+      (\omega_s\alpha_{k+1},\ \alpha_{k+1}^{0.1}) & \text{otherwise}
+    \end{cases}$$
+
+    ($\omega_s = 1$ unless `initial_tolerance` sets $\omega_1$). So the tolerance is
+    loose while the penalty is small and the multipliers poor, and shrinks at least
+    tenfold with each outer iteration that makes enough progress towards
+    feasibility.
+
+    Outside the inner solves
     only the constraints are evaluated, once per outer iteration at the inner solve's
     end point (with their `jax.vjp`): the inner solve's last evaluation gave $L_\rho$
     and its gradient there, hence $f$, and the gradient of the next $L_\rho$ differs
