@@ -285,20 +285,31 @@ def test_fn_is_evaluated_again_where_derived_values_would_round_too_much():
 def test_inner_tolerance_schedule():
     """The rule's first inner tolerance is min(1/rho_1, 0.1) (Conn, Gould & Toint):
     setting `initial_tolerance` to that value gives the same solve, evaluation for
-    evaluation, and the later tolerances scale with it (HS7's count moves with it)."""
+    evaluation, and a first tolerance 0.7 times as large gives another (the later
+    tolerances scale with it). Both branches of the min: HS7, where rho_1 =
+    max(1, |f(y0)|) / max(1, |h(y0)|^2 / 2) = 0.0032, so the cap 0.1; and HS71 with
+    its objective times 100, where rho_1 = 100 * 16 / (12^2 / 2), so 1/rho_1 = 0.045
+    (its inequality holds at y0)."""
 
-    def run(name, tol):
-        method = eqxopt.AugmentedLagrangian(initial_tolerance=tol)
-        sol = _solve(name, method, throw=False)
+    def run(name, tol, scale=1.0):
+        loss, eq, ineq, bounds, y0, _, _ = PROBLEMS[name]()
+        if bounds is not None:
+            bounds = (jnp.asarray(bounds[0], float), jnp.asarray(bounds[1], float))
+        sol = eqxopt.minimize(
+            lambda y, args: scale * loss(y, args),
+            eqxopt.AugmentedLagrangian(initial_tolerance=tol),
+            jnp.asarray(y0, jnp.float64),
+            constraints=eqxopt.Constraints(eq=eq, ineq=ineq),
+            bounds=bounds,
+            throw=False,
+        )
+        assert sol.result == eqxopt.RESULTS.successful
         return int(sol.stats["num_fevals"]), float(sol.loss)
 
-    # HS7: rho_1 = max(1, |f(y0)|) / max(1, h(y0)^2 / 2) = 0.0032, so 0.1 (the cap).
-    # HS15: rho_1 = 181.8, so 1/181.8.
-    for name, first in (("hs7", 0.1), ("hs15", 1 / 181.8)):
-        assert run(name, None) == run(name, first)
-    default = run("hs7", None)
-    assert run("hs7", 0.07) != default
-    assert run("hs7", 0.14) != default
+    for name, scale, first in (("hs7", 1.0, 0.1), ("hs71", 100.0, 72 / 1600)):
+        default = run(name, None, scale)
+        assert run(name, first, scale) == default
+        assert run(name, 0.7 * first, scale) != default
 
 
 def test_pytree_constraints_keep_their_structure():
