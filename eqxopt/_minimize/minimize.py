@@ -641,12 +641,6 @@ def _inf_norm(x):
     return jnp.max(jnp.abs(x), initial=0)
 
 
-def _tree_inf_norm(tree, dtype):
-    """The largest absolute value over the leaves of `tree`, in `dtype`."""
-    norms = [_inf_norm(x).astype(dtype) for x in jtu.tree_leaves(tree)]
-    return ft.reduce(jnp.maximum, norms, jnp.zeros((), dtype))
-
-
 def _violation(h, c):
     """`max(|eq|_inf, max(-ineq, 0))`."""
     return jnp.maximum(_inf_norm(h), jnp.max(-c, initial=0))
@@ -842,7 +836,7 @@ def _constrained_primal(inputs):
             fevals = o.num_fevals + stats["num_fevals"]
             eps = jnp.finfo(dtype).eps
             (pull_old,) = cvjp((dh_old, dc_old))
-            grad_size = _tree_inf_norm(grad, dtype) + _tree_inf_norm(pull_old, dtype)
+            grad_size = _max_abs(grad, dtype) + _max_abs(pull_old, dtype)
             f_error = eps * (jnp.abs(L_end) + jnp.abs(penalty))
             f_ok = 100 * f_error <= atol + options.rtol * jnp.abs(f_derived)
 
@@ -851,7 +845,7 @@ def _constrained_primal(inputs):
                     value, dh, dc = _phr(f_derived, h, c, lam, mu, rho)
                     (pull,) = cvjp((dh, dc))
                     g = jtu.tree_map(lambda a, b, d: a - b + d, grad, pull_old, pull)
-                    size = grad_size + _tree_inf_norm(pull, dtype)
+                    size = grad_size + _max_abs(pull, dtype)
                     return f_derived, value, g, f_ok & (100 * eps * size <= tol)
 
                 def exact():
@@ -902,7 +896,8 @@ def _constrained_primal(inputs):
         lam_next, mu_next = jnp.clip(lam, -bound, bound), jnp.clip(mu, 0, bound)
         # (`derived`: no evaluation of `fn` was needed for the next start.)
         f, L, g, derived = next_start(lam_next, mu_next, rho, tol)
-        num_fevals = fevals + (~derived).astype(jnp.int32)
+        refreshed = (~derived).astype(jnp.int32)  # `fn` evaluated again at `y`
+        num_fevals = fevals + refreshed
         finite = finite & jnp.isfinite(f)
         new = _Outer(
             num_steps=o.num_steps + 1,
@@ -923,10 +918,7 @@ def _constrained_primal(inputs):
             g=g,
             state=state,
             num_fevals=num_fevals,
-            num_cevals=o.num_cevals
-            + stats["num_fevals"]
-            + 1
-            + (~derived).astype(jnp.int32),
+            num_cevals=o.num_cevals + stats["num_fevals"] + 1 + refreshed,
             converged=converged,
             finite=finite,
             infeasible=infeasible,
