@@ -378,13 +378,14 @@ def lapack_calls(hlo: str) -> list[tuple[str, tuple[int, ...]]]:
 )
 @pytest.mark.parametrize("spread", [False, True])
 def test_stacks_issue_no_batched_lapack_call_on_cpu(spread, getkey):
-    """Same-shape matrices are stacked, with or without a spread: the compiled program
-    holds one copy of the per-matrix work per shape, not one per leaf (SOAP on 8
-    leaves of 16x16 and 8 of 8x8: one eigh, one QR per matrix size). On CPU each
-    stack is mapped by a loop of unbatched LAPACK calls: a batched call (of a
-    `vmap`-ed stack) schedules its matrices on XLA's intra-op thread pool and blocks
-    its thread until they are done, which deadlocked a run of `benchmarks/lm.py`
-    (see `eqxopt._matrix.spread.batched_kernels`)."""
+    """SOAP's eigh and QR take one matrix per LAPACK call on CPU (8 leaves of 16x16
+    and 8 of 8x8, two factors each). With a spread, same-shape matrices are stacked
+    and each device's share mapped by a loop: one call per routine and matrix size in
+    the program. Without one, each matrix has its own call, which compiles faster
+    than a loop over a stack (see `eqxopt._matrix.spread.spread_map`). Never a batched
+    call: that schedules its matrices on XLA's intra-op thread pool and blocks its
+    thread until they are done, which deadlocked a run of `benchmarks/lm.py` (see
+    `eqxopt._matrix.spread.batched_kernels`)."""
     params = {
         **_tree(getkey()),
         **{f"v{i}": w for i, w in enumerate(jax.tree.leaves(_tree(getkey(), size=8)))},
@@ -397,16 +398,19 @@ def test_stacks_issue_no_batched_lapack_call_on_cpu(spread, getkey):
     calls = lapack_calls(hlo)
     # SOAP's update holds both of its refreshes of the bases: by an eigh (`syevd`,
     # the first) and by a power iteration and a QR (`geqrf`, then `orgqr` to form Q).
-    # Every call takes one matrix: no batch axis.
+    copies = 1 if spread else 2 * LEAVES
     assert sorted(calls) == sorted(
-        (routine, (n, n)) for routine in ("geqrf", "orgqr", "syevd") for n in (8, 16)
+        (routine, (n, n))
+        for routine in ("geqrf", "orgqr", "syevd")
+        for n in (8, 16)
+        for _ in range(copies)
     ), calls
 
 
 @pytest.mark.parametrize("backend", ["gpu", "tpu"])
 def test_soap_decompositions_loop_on_gpus(backend, monkeypatch, getkey):
     """On a GPU, where other stacks are `vmap`-ed, SOAP's eigh and QR still take one
-    matrix per call, in a loop: the batched QR of GPUs' solver library was 12x slower
+    matrix per call: the batched QR of GPUs' solver library was 12x slower
     per matrix than a loop at 392x392 (see `eqxopt._matrix.spread.batched_kernels`).
     On a TPU they stay batched. The backend is simulated (only which kernels are called
     is checked, on this CPU)."""
@@ -418,12 +422,14 @@ def test_soap_decompositions_loop_on_gpus(backend, monkeypatch, getkey):
     opt = OPTIMIZERS["SOAP"]()
     update = jax.jit(opt.update, compiler_options=FAST_COMPILE)
     hlo = str(update.lower(params, opt.init(params), params).compile().as_text())
-    # 8 leaves of each size, two factors each: 16 matrices per batched call.
-    batch = () if backend == "gpu" else (16,)
+    # 8 leaves of each size, two factors each: 16 matrices per size, in one batched
+    # call on a TPU, in a call each on a GPU.
+    batch, copies = ((), 2 * LEAVES) if backend == "gpu" else ((2 * LEAVES,), 1)
     assert sorted(lapack_calls(hlo)) == sorted(
         (routine, batch + (n, n))
         for routine in ("geqrf", "orgqr", "syevd")
         for n in (8, 16)
+        for _ in range(copies)
     )
 
 

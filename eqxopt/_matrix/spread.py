@@ -212,7 +212,12 @@ def spread_map(
     alone, or, with `group=True`, one call per concatenated group.
 
     `decomposition=True` says that `fn`'s cost is a QR or an `eigh`: stacks are then
-    mapped by a loop on GPUs too (see [`batched_kernels`][]).
+    mapped by a loop on GPUs too (see [`batched_kernels`][]), and without a `spread`
+    where that loop would be, the tasks are computed one by one, as `cheap` ones
+    below: each decomposition is a library call whatever the shape, and a loop over
+    a stack would only add the stacking copies and the per-task slices. SOAP's step
+    on the 10M-param, 63-leaf tree compiled in 2.3 s instead of 2.9 s on CPU (and
+    on a 243-leaf tree of the same size in 7.6 s instead of 8.5 s).
 
     `cheap=True` says that `fn` is a few matrix products and elementwise operations
     (no decomposition, loop or conditional): without a `spread`, where stacks are
@@ -226,7 +231,8 @@ def spread_map(
     SOAP (its momentum rotation), and the compile time down by about a quarter.
     """
     if spread is None and (
-        (batched and not group) or (cheap and not batched_kernels(decomposition))
+        (batched and not group)
+        or ((cheap or decomposition) and not batched_kernels(decomposition))
     ):
         return [fn(static, shared, *operands) for static, operands in tasks]
     groups: dict[Any, list[int]] = {}
