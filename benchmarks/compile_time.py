@@ -13,7 +13,9 @@ donated) on abstract arguments and times its three stages, in one process:
 
 and counts the program's size: the jaxpr's equations (all sub-jaxprs included), the
 StableHLO's operations, and the instructions of the optimized HLO module (all its
-computations), with its `while`, `conditional` and `custom-call` instructions.
+computations), with its `while`, `conditional` and `custom-call` instructions, and
+its distinct kernels (fusions that differ other than by name: XLA:CPU generates
+machine code once for each).
 Every optimizer is measured `--repeats` times (a fresh step function each time, so
 nothing is cached; the order alternates every round) and the medians are printed,
 with each total (trace + lower + compile) over AdamW's.
@@ -87,6 +89,31 @@ def hlo_counts(text: str) -> dict[str, int]:
     }
 
 
+_COMPUTATION = re.compile(r"\n(?=\S)")
+_FUSION_CALL = re.compile(r" fusion\(.*?calls=%?([\w.\-]+)")
+_NAME = re.compile(r"%[\w.\-]+")
+_METADATA = re.compile(r", metadata=\{[^}]*\}")
+
+
+def distinct_kernels(text: str) -> int:
+    """The distinct fusions of an HLO module's text: fused computations that differ
+    once their instruction names and metadata are set aside. XLA:CPU generates code
+    once for each, however many instructions call it."""
+    bodies = {}
+    for computation in _COMPUTATION.split(text):
+        head, _, body = computation.partition("\n")
+        bodies[head.split(" ", 1)[0].lstrip("%")] = body
+    called = {
+        m.group(1)
+        for name, body in bodies.items()
+        if not name.startswith(("fused_", "wrapped_"))
+        for m in _FUSION_CALL.finditer(body)
+    }
+    return len(
+        {_NAME.sub("%", _METADATA.sub("", bodies[c])) for c in called if c in bodies}
+    )
+
+
 def measure(opt, args) -> dict:
     jitted = jax.jit(make_step(opt), donate_argnums=(0, 1))
     t0 = time.perf_counter()
@@ -104,7 +131,9 @@ def measure(opt, args) -> dict:
         "jaxpr": jaxpr_size(traced.jaxpr.jaxpr),
         "stablehlo": sum(1 for line in stablehlo.splitlines() if " = " in line),
     }
-    out.update(hlo_counts(compiled.as_text()))
+    text = compiled.as_text()
+    out.update(hlo_counts(text))
+    out["kernels"] = distinct_kernels(text)
     return out
 
 
@@ -166,6 +195,7 @@ def main():
         "jaxpr eqns",
         "StableHLO ops",
         "HLO instrs",
+        "distinct kernels",
         "while",
         "cond",
         "custom-call",
@@ -180,7 +210,7 @@ def main():
             C.fmt(m["total"]),
             C.fmt(C.ratio(m["total"], base["total"]), 1),
             C.fmt(C.ratio(m["compile"], base["compile"]), 1),
-            *(int(m[k]) for k in ("jaxpr", "stablehlo", "hlo")),
+            *(int(m[k]) for k in ("jaxpr", "stablehlo", "hlo", "kernels")),
             *(int(m[k]) for k in ("while", "cond", "custom", "dot")),
         ]
         for name, m in med.items()
