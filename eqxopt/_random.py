@@ -124,7 +124,7 @@ def chunked_draws(
     for j, (shape, dtype) in enumerate(specs):
         groups.setdefault((tuple(shape), jnp.dtype(dtype)), []).append(j)
     draws: list[Any] = [None] * len(specs)
-    for dtype in {d for _, d in groups}:
+    for dtype in dict.fromkeys(d for _, d in groups):  # in order of appearance
         # Rows: per shape, its leaves' chunks in order.
         leaf, start, blocks, row = [], [], [], 0
         for (shape, d), members in groups.items():
