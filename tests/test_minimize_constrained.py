@@ -126,12 +126,14 @@ def _solved(name):
     return _CACHE[name]
 
 
-def _solve(name, method=None, **kwargs):
+def _solve(name, method=None, scale=1.0, **kwargs):
+    """Problem `name` by `method` (default `AugmentedLagrangian()`), its objective
+    times `scale`."""
     loss, eq, ineq, bounds, y0, _, _ = PROBLEMS[name]()
     if bounds is not None:
         bounds = (jnp.asarray(bounds[0], float), jnp.asarray(bounds[1], float))
     return eqxopt.minimize(
-        loss,
+        lambda y, args: scale * loss(y, args),
         eqxopt.AugmentedLagrangian() if method is None else method,
         jnp.asarray(y0, jnp.float64),
         constraints=eqxopt.Constraints(eq=eq, ineq=ineq),
@@ -291,18 +293,9 @@ def test_inner_tolerance_schedule():
     its objective times 100, where rho_1 = 100 * 16 / (12^2 / 2), so 1/rho_1 = 0.045
     (its inequality holds at y0)."""
 
-    def run(name, tol, scale=1.0):
-        loss, eq, ineq, bounds, y0, _, _ = PROBLEMS[name]()
-        if bounds is not None:
-            bounds = (jnp.asarray(bounds[0], float), jnp.asarray(bounds[1], float))
-        sol = eqxopt.minimize(
-            lambda y, args: scale * loss(y, args),
-            eqxopt.AugmentedLagrangian(initial_tolerance=tol),
-            jnp.asarray(y0, jnp.float64),
-            constraints=eqxopt.Constraints(eq=eq, ineq=ineq),
-            bounds=bounds,
-            throw=False,
-        )
+    def run(name, tol, scale):
+        method = eqxopt.AugmentedLagrangian(initial_tolerance=tol)
+        sol = _solve(name, method, scale, throw=False)
         assert sol.result == eqxopt.RESULTS.successful
         return int(sol.stats["num_fevals"]), float(sol.loss)
 
