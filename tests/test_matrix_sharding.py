@@ -361,6 +361,39 @@ def test_spread_map_cheap_runs_tasks_alone_on_cpu(getkey):
         np.testing.assert_array_equal(np.asarray(b), np.asarray(a))
 
 
+def test_stacked_results_are_sliced_by_one_kernel(getkey):
+    """The results of a stack of tasks are sliced out at offsets XLA cannot fold, so
+    every slice of a stack compiles into the same kernel (a slice at a constant offset
+    would be a kernel of its own for each task); each task still gets its own
+    results, also when a task's values are NaN."""
+    from eqxopt._matrix.spread import spread_map
+
+    mats = [jr.normal(getkey(), (6, 6)) for _ in range(5)]
+    mats[0] = mats[0].at[0, 0].set(jnp.nan)  # the value the offsets are keyed on
+    fn = lambda _, shared, m: m @ m.T * shared
+    tasks = [(None, (m,)) for m in mats]
+    run = jax.jit(lambda tasks: spread_map(fn, tasks, None, shared=2.0))
+    for got, m in zip(run(tasks), mats, strict=True):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(fn(None, 2.0, m)))
+    # The fusions of the program's entry (after the loop over the stack) that take
+    # the (5, 6, 6) stack of results and give one (6, 6) task.
+    hlo = run.lower(tasks).compile().as_text()
+    bodies = {}
+    for computation in re.split(r"\n(?=\S)", hlo):
+        head, _, body = computation.partition("\n")
+        bodies[head.split(" ", 1)[0].lstrip("%")] = body
+    entry = bodies["ENTRY"]
+    calls = re.findall(
+        r"= f(?:32|64)\[6,6\]\S* fusion\([^)]*\).*?calls=%?([\w.\-]+)", entry
+    )
+    slices = {
+        re.sub(r"%[\w.\-]+|, metadata=\{[^}]*\}", "", bodies[c])
+        for c in calls
+        if re.search(r"f(?:32|64)\[5,6,6\]\S* parameter", bodies[c])
+    }
+    assert len(calls) == len(mats) and len(slices) == 1, slices
+
+
 def lapack_calls(hlo: str) -> list[tuple[str, tuple[int, ...]]]:
     """The LAPACK custom calls (eigh, QR, triangular solve) of a compiled HLO module:
     (routine, shape of the first operand) of each."""
