@@ -377,7 +377,7 @@ def test_stacked_results_are_sliced_by_one_kernel(getkey):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(fn(None, 2.0, m)))
     # The fusions of the program's entry (after the loop over the stack) that take
     # the (5, 6, 6) stack of results and give one (6, 6) task.
-    hlo = run.lower(tasks).compile().as_text()
+    hlo = str(run.lower(tasks).compile().as_text())
     bodies = {}
     for computation in re.split(r"\n(?=\S)", hlo):
         head, _, body = computation.partition("\n")
