@@ -506,11 +506,14 @@ def every_k(
 def newton_schulz(
     x: Array, coeffs: Array, eps: ArrayLike, ns_dtype: Any = None
 ) -> Array:
-    r"""Orthogonalize each matrix of `x`, shape `(batch, m, n)` with `m <= n` (Muon's
-    and NorMuon's Newton-Schulz iteration).
+    r"""Orthogonalize each matrix of `x`, shape `(batch, m, n)` (Muon's and NorMuon's
+    Newton-Schulz iteration).
 
     $X \leftarrow X / (\|X\|_F + \epsilon)$, then for each row $(a, b, c)$ of
-    `coeffs` (shape `(steps, 3)`): $A = X X^H$, $X \leftarrow a X + (b A + c A^2) X$.
+    `coeffs` (shape `(steps, 3)`): $A = X X^H$, $X \leftarrow a X + (b A + c A^2) X$
+    when $m \le n$; for a tall $X$ ($m > n$) the same function with the smaller Gram
+    matrix, $A = X^H X$, $X \leftarrow a X + X (b A + c A^2)$ (the first form on
+    $X^H$, conjugate-transposed back).
     Runs in `ns_dtype` (default `x`'s dtype) and returns `x`'s dtype.
     """
     dtype = x.dtype
@@ -521,7 +524,13 @@ def newton_schulz(
     x = x.astype(ns)
     coeffs = coeffs.astype(ns)
 
+    tall = x.shape[-2] > x.shape[-1]
+
     def iteration(x, abc):
+        if tall:  # the wide form on X^H, without transposing X
+            a = jnp.conj(jnp.swapaxes(x, -1, -2)) @ x
+            poly = abc[1] * a + abc[2] * (a @ a)
+            return abc[0] * x + x @ poly, None
         a = x @ jnp.conj(jnp.swapaxes(x, -1, -2))
         poly = abc[1] * a + abc[2] * (a @ a)
         return abc[0] * x + poly @ x, None

@@ -276,7 +276,12 @@ def _orthogonalize(
 ):
     """Newton-Schulz on every leaf of `inputs`, through `spread_map`: same-shape
     matrices share one batch (on accelerators, see `_GROUP_SAME_SHAPES`, and always
-    when `spread` splits the batches over the devices of a mesh)."""
+    when `spread` splits the batches over the devices of a mesh), tall ones
+    transposed so that they batch with their wide transposes. Unbatched (on CPU),
+    a tall matrix is iterated as it is, which compiles faster: the transposes would be
+    copies, and each shape's copy is a kernel of its own."""
+    group = _group_same_shapes()
+    batch = group or spread is not None
     stacks, transposed, shardings = [], [], []
     originals = list(inputs)
     for x, mat in zip(inputs, matrices):
@@ -285,7 +290,7 @@ def _orthogonalize(
         shardings.append(explicit_sharding(x))
         x = gathered(x)
         s = mat.to_view(x)
-        tall = s.shape[-2] > s.shape[-1]
+        tall = batch and s.shape[-2] > s.shape[-1]
         stacks.append(jnp.swapaxes(s, -1, -2) if tall else s)
         transposed.append(tall)
     results = spread_map(
@@ -294,7 +299,7 @@ def _orthogonalize(
         spread,
         shared=(coeffs, eps),
         batched=True,
-        group=_group_same_shapes(),
+        group=group,
     )
     outputs = []
     for o, t, mat, sharding, x in zip(
@@ -689,8 +694,9 @@ class Muon(_AbstractMuon[MuonState]):
 
     $$u_k = -\eta_k \left(s\, X_{\texttt{ns\_steps}} + \lambda_k W_k\right)$$
 
-    (with $X$ transposed when tall, `out > in`, which computes the same function more
-    cheaply). The quintic pushes every singular value of $X_0$ towards 1 (into about
+    (for a tall $X$, `out > in`, the same function with $A_i = X_i^\top X_i$ and
+    $X_{i+1} = a_i X_i + X_i (b_i A_i + c_i A_i^2)$, which is cheaper). The quintic
+    pushes every singular value of $X_0$ towards 1 (into about
     $[0.5, 1.5]$, which the reference found harmless):
     $X_{\texttt{ns\_steps}} \approx U V^\top$ for $V_k = U S V^\top$.
     The shape factor $s$ is
@@ -708,7 +714,8 @@ class Muon(_AbstractMuon[MuonState]):
     ([KellerJordan/Muon](https://github.com/KellerJordan/Muon)):
     the momentum has no bias correction; Nesterov uses `grad.lerp(momentum, mu)`;
     Newton-Schulz runs on $V / (\|V\|_F + 10^{-7})$ with
-    $(a, b, c) = (3.4445, -4.7750, 2.0315)$ for 5 steps, transposing tall matrices;
+    $(a, b, c) = (3.4445, -4.7750, 2.0315)$ for 5 steps, on tall matrices transposed
+    (or, here on CPU, in the equivalent tall form);
     the update is $-\eta(s\,O + \lambda W)$, as the reference's
     `p.mul_(1 - lr * wd); p.add_(O * s, alpha=-lr)`. Two deliberate differences: the
     reference runs Newton-Schulz in bfloat16 (here: in the params' compute dtype,
@@ -752,7 +759,7 @@ class Muon(_AbstractMuon[MuonState]):
     advice): by default only 2-D leaves are Muon leaves, and `matrix_mask` chooses
     otherwise (see the docs' "Routing" section).
 
-    On GPU and TPU, same-shape matrices (after transposing tall ones) are stacked and
+    On GPU and TPU, same-shape matrices (tall ones transposed) are stacked and
     go through one batched Newton-Schulz; on CPU, where XLA's batched matmul is slower
     than separate ones, each leaf has its own. With `jit` and sharded params
     (`NamedSharding`), the momentum buffers come out sharded like the params, and the
