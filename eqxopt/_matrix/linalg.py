@@ -28,6 +28,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
@@ -300,7 +301,11 @@ def eigh_basis(matrix: Array) -> Array:
     dtype = compute_dtype(matrix.dtype)
     m = matrix.astype(dtype)
     m = m + jnp.asarray(1e-30, dtype) * jnp.eye(m.shape[0], dtype=dtype)
-    _, q = jnp.linalg.eigh(m)
+    # `eigh`'s own symmetrization, done here: its result equals its conjugate
+    # transpose bit for bit, and the transpose of a row-major array is the
+    # column-major one LAPACK reads, without a transposing copy.
+    s = (m + jnp.conj(m).T) / 2
+    _, q = jnp.linalg.eigh(jnp.conj(s).T, symmetrize_input=False)
     return jnp.flip(q, axis=1).astype(matrix.dtype)
 
 
@@ -479,6 +484,37 @@ def check_every_k(opt, name: str) -> None:
         )
 
 
+def cond(pred: Array, true_fn: Callable, false_fn: Callable, *operands: Any):
+    """`lax.cond(pred, true_fn, false_fn, *operands)`, with the branches' matrices
+    returned flat.
+
+    XLA chooses one memory layout for each output of a `cond`. Where a branch makes a
+    matrix column-major (a LAPACK result, a gather along a row), that layout wins, and
+    the other branch and every row-major consumer get a transposing copy. On CPU each
+    such copy is a kernel of its own per shape, costlier to compile than the work
+    around it. A flat array has one layout, so the outputs cross the branch boundary
+    row-major and only data that really is column-major is transposed, once, in its
+    branch.
+    """
+    shapes = []
+
+    def flat(fn):
+        def branch(*args):
+            out = fn(*args)
+            leaves, treedef = jtu.tree_flatten(out)
+            if not shapes:
+                shapes.append((treedef, [jnp.shape(x) for x in leaves]))
+            return [x.reshape(-1) if jnp.ndim(x) > 1 else x for x in leaves]
+
+        return branch
+
+    out = jax.lax.cond(pred, flat(true_fn), flat(false_fn), *operands)
+    treedef, leaf_shapes = shapes[0]
+    return jtu.tree_unflatten(
+        treedef, [x.reshape(shape) for x, shape in zip(out, leaf_shapes)]
+    )
+
+
 def every_k(
     count: Array, k: ArrayLike, refresh: Callable, keep: Callable, *operands: Any
 ):
@@ -497,7 +533,7 @@ def every_k(
     if isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k == 1:
         return refresh(*operands)
     k = jnp.asarray(k, jnp.int32)
-    return jax.lax.cond(count % k == 0, refresh, keep, *operands)
+    return cond(count % k == 0, refresh, keep, *operands)
 
 
 # --- orthogonalization ----------------------------------------------------------------

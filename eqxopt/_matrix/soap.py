@@ -35,6 +35,7 @@ from .._quantized import (
 )
 from .linalg import (
     check_every_k,
+    cond,
     eigh_basis,
     every_k,
     gram,
@@ -510,7 +511,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 nus[i] = write(view.from_view(nus_v[i]), nu_l[i])
             return updates, mus, nus, precs, bases
 
-        updates, mus, nus, precs, bases = jax.lax.cond(count == 0, first, regular, None)
+        updates, mus, nus, precs, bases = cond(count == 0, first, regular, None)
         # Factor matrices and bases replicated over the params' mesh, as
         # `state_shardings` predicts (XLA would otherwise pick their shardings).
         mesh = mesh_of([g_leaves[i] for i in idx])
