@@ -44,6 +44,7 @@ from .._quantized import (
 )
 from .._random import check_key, pack_key, unpack_key
 from ..schedules import AbstractSchedule
+from .linalg import cond
 from .spread import (
     check_spread,
     find_spread,
@@ -242,7 +243,10 @@ def _solve_right(x: Array, a: Array) -> Array:
 def _conj_b(qs: list[Array], v: Array) -> Array:
     r"""$\bar V$ multiplied on each axis by the inverse factor (psgd-jax's `_conjB`,
     step for step: the first axis is moved last, each factor's inverse is applied on
-    the last axis, which is then swapped with the next one)."""
+    the last axis, which is then swapped with the next one). A matrix goes through
+    `_conj_b_matrix`, the same two solves without the transposes."""
+    if v.ndim == 2:
+        return _conj_b_matrix(qs, v)
     order = v.ndim
     perm = list(range(order))
     b = jnp.transpose(jnp.conj(v), perm[1:] + perm[:1])
@@ -251,6 +255,32 @@ def _conj_b(qs: list[Array], v: Array) -> Array:
         if i < order - 1:
             b = jnp.swapaxes(b, i, order - 1)
     return b
+
+
+def _conj_b_matrix(qs: list[Array], v: Array) -> Array:
+    r"""`_conj_b` of a matrix: $Q_0^{-\top} \bar V Q_1^{-1}$, solved as its transpose
+    $Q_1^{-\top} (\bar V^\top Q_0^{-1})$ (a diagonal factor divides).
+
+    LAPACK's triangular solves read and write column-major arrays, and the transpose
+    of a row-major array is a column-major one with the same bytes. Solved this way,
+    every operand of both solves (the transposed $\bar V$, each upper-triangular
+    factor given as its lower-triangular transpose) and the transposed result are
+    such views: XLA copies none of them (a transposing copy is, on CPU, a kernel of
+    its own per shape, slower to compile than the solves).
+    """
+    q0, q1 = qs
+    b = jnp.conj(v).T
+    if q0.ndim < 2:
+        b = b / q0
+    else:
+        b = lax.linalg.triangular_solve(
+            q0.T, b, left_side=False, lower=True, transpose_a=True
+        )
+    if q1.ndim < 2:
+        b = b / q1[:, None]
+    else:
+        b = lax.linalg.triangular_solve(q1.T, b, left_side=True, lower=True)
+    return b.T
 
 
 def _norm_lower_bound(a: Array) -> Array:
@@ -631,7 +661,7 @@ class Kron(AbstractOptimizer[KronState]):
         counter = jnp.where(do_update, jnp.zeros_like(counter), counter)
         _, subkey = jr.split(jr.fold_in(state.key, state.count))
         precond_in = mom if self.momentum_into_precond_update else raw
-        qs = lax.cond(
+        qs = cond(
             do_update,
             ft.partial(self._refresh_factors, work, precond_in),
             lambda key, qs: qs,
