@@ -571,5 +571,10 @@ def newton_schulz(
         poly = abc[1] * a + abc[2] * (a @ a)
         return abc[0] * x + poly @ x, None
 
+    if x.shape[0] == 1:
+        # One matrix: 2-D products, which XLA:CPU computes on the operands as they
+        # are (a batched product's transposed operand would be a copy each step).
+        x, _ = jax.lax.scan(iteration, x[0], coeffs)
+        return x[None].astype(dtype)
     x, _ = jax.lax.scan(iteration, x, coeffs)
     return x.astype(dtype)
