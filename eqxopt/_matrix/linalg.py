@@ -315,16 +315,20 @@ def qr_power_basis(matrix: Array, basis: Array) -> tuple[Array, Array]:
 
     With $\lambda = \operatorname{diag}(Q^\top M Q)$ and `order` the permutation that
     sorts $\lambda$ descending, the new basis is
-    $\operatorname{qr}(M\,Q_{:,\rm order})$. Returns `(new_basis, order)`; the
-    caller permutes whatever is indexed by the old basis' columns (SOAP's second
-    moment) by `order`.
+    $\operatorname{qr}(M\,Q_{:,\rm order})$ ($\lambda$ from $M Q$, so one matrix
+    product serves both; estimates that tie to rounding, as a rank-deficient $M$'s
+    zero eigenvalues, may sort otherwise than the reference's $(Q^\top M) Q$).
+    Returns `(new_basis, order)`; the caller permutes whatever is indexed by the old
+    basis' columns (SOAP's second moment) by `order`.
     """
     dtype = compute_dtype(matrix.dtype)
     m, q = matrix.astype(dtype), basis.astype(dtype)
-    est = jnp.einsum("ij,ik,kj->j", q, m, q, precision=HIGHEST)
+    # diag(Q^T M Q) as the column sums of Q * (M Q): no transposed operand (XLA:CPU
+    # would copy it, a kernel per shape), and M Q serves the power step too.
+    mq = jnp.matmul(m, q, precision=HIGHEST)
+    est = jnp.sum(q * mq, axis=0)
     order = jnp.argsort(-est, stable=True)
-    power = jnp.matmul(m, q[:, order], precision=HIGHEST)
-    new, _ = jnp.linalg.qr(power)
+    new, _ = jnp.linalg.qr(mq[:, order])
     return new.astype(basis.dtype), order
 
 
