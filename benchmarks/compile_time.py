@@ -23,11 +23,19 @@ with each total (trace + lower + compile) over AdamW's.
     python benchmarks/compile_time.py                  # 10M params, 3 repeats
     python benchmarks/compile_time.py --size 1M --repeats 1 --only SOAP,AdamW
     python benchmarks/compile_time.py --quick            # 20K params, AdamW and Muon
+
+`--kernels N` then compiles each step once more, in a child process with XLA's
+compiler logging on (`TF_CPP_VMODULE=cpu_compiler=1,ir_compiler=1,
+fusion_compiler=1`), and prints where XLA's time went: its HLO passes, and the code
+generation of each kernel (the MLIR emitters, then LLVM; both summed over the
+compile threads), with the share of the copy and transpose kernels and the `N`
+costliest kernels.
 """
 
 import argparse
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -137,6 +145,56 @@ def measure(opt, args) -> dict:
     return out
 
 
+_XLA_LOG = {
+    "TF_CPP_MIN_LOG_LEVEL": "0",
+    "TF_CPP_VMODULE": "cpu_compiler=1,ir_compiler=1,fusion_compiler=1",
+}
+_LOGGED = re.compile(
+    r"(Running HLO passes|Compiled LLVM module|Compiled MLIR module):? ?(\S*?)"
+    r"(?: for CPU)? time: ([\d.]+) (us|ms|s) "
+)
+_UNIT = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def xla_times(log: str) -> dict:
+    """XLA's compiler log (`_XLA_LOG`) summed: HLO passes, MLIR and LLVM code
+    generation (seconds over all threads), and LLVM seconds per kernel."""
+    out: dict = {"passes": 0.0, "mlir": 0.0, "llvm": 0.0, "kernels": {}}
+    for stage, name, value, unit in _LOGGED.findall(log):
+        seconds = float(value) * _UNIT[unit]
+        if stage == "Running HLO passes":
+            out["passes"] += seconds
+        elif stage == "Compiled MLIR module":
+            out["mlir"] += seconds
+        else:
+            out["llvm"] += seconds
+            kernel = re.sub(r"^(__compute_module_)+|_kernel_module$", "", name)
+            out["kernels"][kernel] = seconds
+    return out
+
+
+def kernel_report(name: str, args, top: int) -> None:
+    """Compile `name`'s step in a child process with XLA's logging on and print
+    where XLA's time went."""
+    cmd = [sys.executable, __file__, "--xla-log-of", name, "--size", args.size]
+    cmd += ["--layers", str(args.layers)]
+    run = subprocess.run(
+        cmd, env={**os.environ, **_XLA_LOG}, capture_output=True, text=True
+    )
+    t = xla_times(run.stderr)
+    if not t["kernels"]:
+        print(f"{name}: XLA logged no kernel times (has its log format changed?)")
+        return
+    copies = sum(v for k, v in t["kernels"].items() if "copy" in k or "transpose" in k)
+    print(
+        f"{name}: HLO passes {t['passes']:.2f} s; code generation of "
+        f"{len(t['kernels'])} kernels: MLIR {t['mlir']:.2f} s, LLVM {t['llvm']:.2f} s "
+        f"(copy and transpose kernels {copies:.2f} s)"
+    )
+    worst = sorted(t["kernels"].items(), key=lambda kv: -kv[1])[:top]
+    print("    " + ", ".join(f"{k} {1e3 * v:.0f} ms" for k, v in worst))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="10M")
@@ -146,6 +204,8 @@ def main():
     parser.add_argument(
         "--quick", action="store_true", help="a smoke run: 20K params, AdamW and Muon"
     )
+    parser.add_argument("--kernels", type=int, default=0, help="XLA's time per kernel")
+    parser.add_argument("--xla-log-of", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.size, args.repeats, args.only = "20K", 1, "Muon"
@@ -155,6 +215,10 @@ def main():
     shapes = C.transformer_shapes(n_params, args.layers)
     params = {k: jax.ShapeDtypeStruct(s, jax.numpy.float32) for k, s in shapes.items()}
     opts = optimizers()
+    if args.xla_log_of:  # the child of `kernel_report`: one compile, logged
+        opt = opts[args.xla_log_of]
+        measure(opt, (params, jax.eval_shape(opt.init, params), params))
+        return
     if args.only:
         names = args.only.split(",")
         opts = {k: v for k, v in opts.items() if k in names or k == "AdamW"}
@@ -217,6 +281,10 @@ def main():
     ]
     print()
     print(C.table(headers, rows))
+    if args.kernels:
+        print("\nWhere XLA's compile time went (one more compile each, logged):\n")
+        for name in opts:
+            kernel_report(name, args, args.kernels)
 
 
 if __name__ == "__main__":

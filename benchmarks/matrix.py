@@ -68,8 +68,10 @@ def newton_schulz_flops(shapes, ns_steps: int) -> int:
     `shapes`, counting matmuls only (2 FLOPs per multiply-add).
 
     `Muon` orthogonalizes each `(out, in)` leaf as an `(m, n)` matrix with `m <= n`
-    (`_orthogonalize` transposes tall ones), and `eqxopt._matrix.linalg.newton_schulz`
-    runs, per row of the coefficients (`ns_steps` rows), on `X` of shape `(m, n)`:
+    (`_orthogonalize` transposes tall ones for a batch, and
+    `eqxopt._matrix.linalg.newton_schulz` iterates a tall one alone in the tall form,
+    with the same products transposed), which runs, per row of the coefficients
+    (`ns_steps` rows), on `X` of shape `(m, n)`:
 
         A = X @ X^H          (m, n) @ (n, m): 2 m^2 n
         A @ A                (m, m) @ (m, m): 2 m^3
@@ -95,10 +97,11 @@ def soap_flops(shapes) -> tuple[int, int]:
     A regular step (`eqxopt.SOAP.update`): project the gradient ($Q_L^\\top G Q_R$:
     `m^2 n + m n^2` multiply-adds), project the Adam direction back (the same), and
     the two Gram matrices ($G G^\\top$, $G^\\top G$: the same again): `6 (m^2 n +
-    m n^2)` FLOPs. The refresh (`qr_power_basis` per factor of size `d`: the
-    eigenvalue estimate `diag(Q^T L Q)`, the power step `L Q`, a QR; then the
-    momentum rotated back and forth: `4 (m^2 n + m n^2)`): about `4 d^3 + 4/3 d^3 *
-    2` per factor (QR by Householder, `4/3 d^3` multiply-adds) plus the rotation.
+    m n^2)` FLOPs. The refresh (`qr_power_basis` per factor of size `d`: the power
+    step `L Q`, whose product also gives the eigenvalue estimate `diag(Q^T L Q)`
+    elementwise, a QR; then the momentum rotated back and forth: `4 (m^2 n + m
+    n^2)`): about `2 d^3 + 4/3 d^3 * 2` per factor (QR by Householder, `4/3 d^3`
+    multiply-adds) plus the rotation.
     """
     regular = refresh = 0
     for s in shapes:
@@ -107,7 +110,7 @@ def soap_flops(shapes) -> tuple[int, int]:
         m, n = s
         regular += 6 * (m * m * n + m * n * n)
         refresh += 4 * (m * m * n + m * n * n)
-        refresh += sum(4 * d**3 + 8 * d**3 // 3 for d in (m, n))
+        refresh += sum(2 * d**3 + 8 * d**3 // 3 for d in (m, n))
     return regular, refresh
 
 

@@ -44,7 +44,6 @@ from .._quantized import (
 )
 from .._random import check_key, pack_key, unpack_key
 from ..schedules import AbstractSchedule
-from .linalg import cond
 from .spread import (
     check_spread,
     find_spread,
@@ -661,7 +660,7 @@ class Kron(AbstractOptimizer[KronState]):
         counter = jnp.where(do_update, jnp.zeros_like(counter), counter)
         _, subkey = jr.split(jr.fold_in(state.key, state.count))
         precond_in = mom if self.momentum_into_precond_update else raw
-        qs = cond(
+        qs = lax.cond(
             do_update,
             ft.partial(self._refresh_factors, work, precond_in),
             lambda key, qs: qs,

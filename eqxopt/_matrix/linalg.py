@@ -32,7 +32,7 @@ import jax.tree_util as jtu
 import numpy as np
 from jaxtyping import Array, ArrayLike
 
-from eqxopt._matrix.spread import explicit_sharding
+from eqxopt._matrix.spread import explicit_sharding, mesh_of
 
 from .._checks import concrete_scalar
 from .._misc import compute_dtype
@@ -489,44 +489,62 @@ def check_every_k(opt, name: str) -> None:
 
 
 def cond(pred: Array, true_fn: Callable, false_fn: Callable, *operands: Any):
-    """`lax.cond(pred, true_fn, false_fn, *operands)`, with the branches' matrices
-    returned flat.
+    """`lax.cond(pred, true_fn, false_fn, *operands)`, with matrices crossing the
+    branch boundary flat on CPU.
 
     XLA chooses one memory layout for each output of a `cond`. Where a branch makes a
     matrix column-major (a LAPACK result, a gather along a row), that layout wins, and
     the other branch and every row-major consumer get a transposing copy. On CPU each
     such copy is a kernel of its own per shape, costlier to compile than the work
-    around it. A flat array has one layout, so the outputs cross the branch boundary
-    row-major and only data that really is column-major is transposed, once, in its
-    branch.
+    around it. A flat array has one layout, so matrices cross the boundary row-major
+    and only data that really is column-major is transposed, once, in its branch.
+    The operands are passed flat too, so that an operand a branch returns unchanged
+    is still the same buffer (no copy). Pass what a branch returns as an operand, not
+    by closure. This pays only where a branch does make column-major results: for
+    Shampoo's inverse roots (matrix products alone) XLA copied the state instead.
+    Elsewhere (other backends, whose layouts a reshape may change; arrays on a mesh,
+    whose shardings it may) the `cond` is plain.
     """
-    shapes = []
+    leaves, treedef = jtu.tree_flatten(operands)
+    if jax.default_backend() != "cpu" or mesh_of(leaves) is not None:
+        return jax.lax.cond(pred, true_fn, false_fn, *operands)
+    flat = lambda xs: [x.reshape(-1) if jnp.ndim(x) > 1 else x for x in xs]
+    shapes = [jnp.shape(x) for x in leaves]
+    found = []
 
-    def flat(fn):
-        def branch(*args):
-            out = fn(*args)
-            leaves, treedef = jtu.tree_flatten(out)
-            if not shapes:
-                shapes.append((treedef, [jnp.shape(x) for x in leaves]))
-            return [x.reshape(-1) if jnp.ndim(x) > 1 else x for x in leaves]
+    def branch(fn):
+        def run(flat_leaves):
+            args = [x.reshape(shape) for x, shape in zip(flat_leaves, shapes)]
+            out, out_def = jtu.tree_flatten(fn(*jtu.tree_unflatten(treedef, args)))
+            if not found:
+                found.append((out_def, [jnp.shape(x) for x in out]))
+            return flat(out)
 
-        return branch
+        return run
 
-    out = jax.lax.cond(pred, flat(true_fn), flat(false_fn), *operands)
-    treedef, leaf_shapes = shapes[0]
+    out = jax.lax.cond(pred, branch(true_fn), branch(false_fn), flat(leaves))
+    out_def, out_shapes = found[0]
     return jtu.tree_unflatten(
-        treedef, [x.reshape(shape) for x, shape in zip(out, leaf_shapes)]
+        out_def, [x.reshape(shape) for x, shape in zip(out, out_shapes)]
     )
 
 
 def every_k(
-    count: Array, k: ArrayLike, refresh: Callable, keep: Callable, *operands: Any
+    count: Array,
+    k: ArrayLike,
+    refresh: Callable,
+    keep: Callable,
+    *operands: Any,
+    flat: bool = False,
 ):
     """`lax.cond(count % k == 0, refresh, keep, *operands)`.
 
     `count` is the int32 step counter from the state and `k` a Python int or an
     (integer) array, so stepping never recompiles, nor does changing `k` when it is
     an array. `refresh` and `keep` must return the same types (dtype rule 5).
+    `flat=True` goes through [`cond`][], for a `refresh` that returns LAPACK's
+    column-major results (QR, `eigh`, SVD); `keep` should then return its operands,
+    not arrays it closes over.
 
     With `k` the Python int 1 (every step: Shampoo's default
     `statistics_compute_steps`) there is no `cond`: `refresh` is traced alone, which
@@ -537,7 +555,8 @@ def every_k(
     if isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k == 1:
         return refresh(*operands)
     k = jnp.asarray(k, jnp.int32)
-    return cond(count % k == 0, refresh, keep, *operands)
+    branches = (refresh, keep, *operands)
+    return (cond if flat else jax.lax.cond)(count % k == 0, *branches)
 
 
 # --- orthogonalization ----------------------------------------------------------------

@@ -35,7 +35,6 @@ from .._quantized import (
 )
 from .linalg import (
     check_every_k,
-    cond,
     eigh_basis,
     every_k,
     gram,
@@ -445,7 +444,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 precs[i] = stats_of(i, gv)
 
             def refresh(carry):
-                mus, nus = list(carry[0]), list(carry[1])
+                mus, nus, q_l = list(carry[0]), list(carry[1]), list(carry[2])
                 bases = list(q_l)
                 # Every factor's power iteration and QR at once, spread over the
                 # mesh (see `spread`).
@@ -500,10 +499,16 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 return mus, nus, bases
 
             def keep(carry):
-                return list(carry[0]), list(carry[1]), list(q_l)
+                return list(carry[0]), list(carry[1]), list(carry[2])
 
+            # The bases are an operand, so that `keep` returns them as they came.
             mus_v, nus_v, bases = every_k(
-                t, self.precondition_frequency, refresh, keep, (mus, nus)
+                t,
+                self.precondition_frequency,
+                refresh,
+                keep,
+                (mus, nus, q_l),
+                flat=True,
             )
             for i in idx:
                 view = views[i]
@@ -511,7 +516,7 @@ class SOAP(AbstractOptimizer[SOAPState]):
                 nus[i] = write(view.from_view(nus_v[i]), nu_l[i])
             return updates, mus, nus, precs, bases
 
-        updates, mus, nus, precs, bases = cond(count == 0, first, regular, None)
+        updates, mus, nus, precs, bases = jax.lax.cond(count == 0, first, regular, None)
         # Factor matrices and bases replicated over the params' mesh, as
         # `state_shardings` predicts (XLA would otherwise pick their shardings).
         mesh = mesh_of([g_leaves[i] for i in idx])
