@@ -3,6 +3,8 @@ the two agree by design, under `jit`/`shard_map`/`NamedSharding`, on real Equino
 layers, its fallback routing, and its errors. (Dtype/scan/trace-once properties and
 the step-by-step Optax parity come from tests/registry/matrix.py.)"""
 
+import re
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -140,6 +142,41 @@ def test_float32_and_bfloat16_newton_schulz_close_to_reference():
         # bfloat16 has 8 significant bits: compare relative to the update's norm.
         err = np.linalg.norm(np.asarray(updates["w"], np.float64) - want_update)
         assert err <= rtol * np.linalg.norm(want_update), (ns_dtype, err)
+
+
+def _layout_changes(hlo: str) -> list[str]:
+    """The instructions of a compiled program's text that move data between layouts:
+    every `transpose`, and every `copy` to a layout other than its operand's."""
+    found = []
+    for computation in re.split(r"\n(?=\S)", hlo):
+        layouts = {}
+        for line in computation.splitlines():
+            m = _HLO_LINE.match(line)
+            if m is None:
+                continue
+            name, layout, op, operand = m.groups()
+            layouts[name] = layout
+            if op == "transpose" or (op == "copy" and layouts.get(operand) != layout):
+                found.append(line.strip())
+    return found
+
+
+_HLO_LINE = re.compile(
+    r"\s+(?:ROOT )?(%[\w.\-]+) = \w+\[[\d,]*\](\{[\d,]*\})? ([\w\-]+)\((%[\w.\-]+)?"
+)
+
+
+@pytest.mark.skipif(jax.default_backend() != "cpu", reason="XLA:CPU's layouts")
+@pytest.mark.parametrize("make", [eqxopt.Muon, eqxopt.NorMuon])
+def test_newton_schulz_compiles_without_transposes_on_cpu(make):
+    # On CPU each leaf has its own Newton-Schulz: a tall matrix in the tall form, one
+    # matrix in 2-D products. Transposing it, or a batched product's transposed
+    # operand, would be a copy kernel per shape, slow to compile.
+    params = {"tall": jnp.ones((48, 16)), "wide": jnp.ones((16, 48)), "b": jnp.ones(16)}
+    opt = make(0.02)
+    step = jax.jit(lambda p, s, g: opt.update(g, s, p))
+    hlo = step.lower(params, opt.init(params), params).compile().as_text()
+    assert _layout_changes(hlo) == []
 
 
 # --- against optax.contrib.muon -------------------------------------------------------

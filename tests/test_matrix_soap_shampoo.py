@@ -154,6 +154,31 @@ def test_every_k_does_not_recompile():
     assert len(traces) == 1
 
 
+def test_cond_passes_matrices_flat_and_gives_lax_conds_values():
+    # `cond` flattens every matrix across the branch boundary (one layout for
+    # XLA:CPU to choose) and shapes the results back: values, structure, dtypes and
+    # `None` leaves as `lax.cond`'s, for either branch.
+    operands = (
+        {"m": jnp.arange(6.0).reshape(2, 3), "none": None},
+        [jnp.arange(24, dtype=jnp.int32).reshape(2, 3, 4), jnp.float32(2)],
+    )
+
+    def refresh(tree, rest):
+        return {"m": tree["m"].T @ tree["m"], "none": None}, [rest[0] + 1, rest[1] * 3]
+
+    def keep(tree, rest):
+        return {"m": jnp.zeros((3, 3)), "none": None}, rest
+
+    for pred in (True, False):
+        run = lambda p, *ops: _matrix.cond(p, refresh, keep, *ops)
+        got = jax.jit(run)(pred, *operands)
+        want = jax.lax.cond(pred, refresh, keep, *operands)
+        assert jtu.tree_structure(got) == jtu.tree_structure(want)
+        for a, b in zip(jtu.tree_leaves(got), jtu.tree_leaves(want)):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+
+
 # --- SOAP -------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ function names are stable (other optimizer modules import them):
 - [`power_iteration`][], [`matrix_inverse_pth_root`][]: distributed Shampoo's coupled
   Newton iteration for $(A + \epsilon I)^{-1/p}$;
 - [`eigh_inverse_pth_root`][]: the same root through `eigh`;
+- [`cond`][]: `lax.cond` with matrices crossing the branches flat (one layout);
 - [`every_k`][]: `lax.cond(count % k == 0, refresh, keep, ...)`;
 - [`newton_schulz`][]: Muon's quintic Newton-Schulz orthogonalization;
 """
@@ -555,8 +556,8 @@ def every_k(
     if isinstance(k, (int, np.integer)) and not isinstance(k, bool) and k == 1:
         return refresh(*operands)
     k = jnp.asarray(k, jnp.int32)
-    branches = (refresh, keep, *operands)
-    return (cond if flat else jax.lax.cond)(count % k == 0, *branches)
+    choose = cond if flat else jax.lax.cond
+    return choose(count % k == 0, refresh, keep, *operands)
 
 
 # --- orthogonalization ----------------------------------------------------------------

@@ -501,7 +501,8 @@ class SOAP(AbstractOptimizer[SOAPState]):
             def keep(carry):
                 return list(carry[0]), list(carry[1]), list(carry[2])
 
-            # The bases are an operand, so that `keep` returns them as they came.
+            # Flat: the QRs' results are column-major (see `cond`). The bases are an
+            # operand, so that `keep` returns them as they came.
             mus_v, nus_v, bases = every_k(
                 t,
                 self.precondition_frequency,
