@@ -176,6 +176,7 @@ def test_newton_schulz_compiles_without_transposes_on_cpu(make):
     opt = make(0.02)
     step = jax.jit(lambda p, s, g: opt.update(g, s, p))
     hlo = step.lower(params, opt.init(params), params).compile().as_text()
+    assert hlo is not None
     assert _layout_changes(hlo) == []
 
 
