@@ -20,6 +20,7 @@ from eqxopt._matrix import muon as muon_module
 from eqxopt._misc import is_none
 
 from .helpers import random_like, tree_allclose
+from .test_matrix_sharding import computations
 
 
 DEFAULT = ((3.4445, -4.7750, 2.0315),) * 5
@@ -148,9 +149,9 @@ def _layout_changes(hlo: str) -> list[str]:
     """The instructions of a compiled program's text that move data between layouts:
     every `transpose`, and every `copy` to a layout other than its operand's."""
     found = []
-    for computation in re.split(r"\n(?=\S)", hlo):
+    for lines in computations(hlo)[0].values():
         layouts = {}
-        for line in computation.splitlines():
+        for line in lines:
             m = _HLO_LINE.match(line)
             if m is None:
                 continue
